@@ -1,0 +1,179 @@
+//! The database: tables by name under one data directory, and the background merge pool.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use crate::error::{EngineError, Result};
+use crate::schema::TableDef;
+use crate::table::{Table, TABLE_DEF_FILE};
+
+pub const DATABASE: &str = "default";
+
+pub struct Catalog {
+    root: PathBuf,
+    tables: RwLock<BTreeMap<String, Arc<Table>>>,
+    merges: MergePool,
+}
+
+impl Catalog {
+    /// Opens (or creates) the database under `path`, loading every table.
+    pub fn open(path: &Path, merge_threads: usize) -> Result<Catalog> {
+        let root = path.join("data").join(DATABASE);
+        std::fs::create_dir_all(&root).map_err(EngineError::io(&root))?;
+        let mut tables = BTreeMap::new();
+        for entry in std::fs::read_dir(&root).map_err(EngineError::io(&root))? {
+            let entry = entry.map_err(EngineError::io(&root))?;
+            let dir = entry.path();
+            if dir.join(TABLE_DEF_FILE).exists() {
+                let table = Table::open(&dir)?;
+                tables.insert(table.name().to_string(), Arc::new(table));
+            } else if entry.file_name().to_string_lossy().starts_with(".dropped_") {
+                // A DROP TABLE that crashed after the rename.
+                std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
+            }
+        }
+        let catalog = Catalog {
+            root,
+            tables: RwLock::new(tables),
+            merges: MergePool::start(merge_threads, MERGE_ASSIGN_DELAY),
+        };
+        for table in catalog.tables() {
+            catalog.schedule_merges(&table);
+        }
+        Ok(catalog)
+    }
+
+    pub fn tables(&self) -> Vec<Arc<Table>> {
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub fn table(&self, name: &str) -> Result<Arc<Table>> {
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownTable(format!("{DATABASE}.{name}")))
+    }
+
+    pub fn create_table(&self, def: TableDef, if_not_exists: bool) -> Result<()> {
+        let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
+        if tables.contains_key(&def.name) {
+            return if if_not_exists {
+                Ok(())
+            } else {
+                Err(EngineError::TableExists(format!("{DATABASE}.{}", def.name)))
+            };
+        }
+        def.validate()?;
+        let dir = self.root.join(&def.name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
+        }
+        let name = def.name.clone();
+        let table = Table::create(&dir, def).inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&dir);
+        })?;
+        info!(table = %name, "created table");
+        tables.insert(name, Arc::new(table));
+        Ok(())
+    }
+
+    pub fn drop_table(&self, name: &str, if_exists: bool) -> Result<()> {
+        let table = {
+            let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());
+            match tables.remove(name) {
+                Some(t) => t,
+                None if if_exists => return Ok(()),
+                None => return Err(EngineError::UnknownTable(format!("{DATABASE}.{name}"))),
+            }
+        };
+        table.stop_merges_and_wait();
+        // Renamed first, so a crash midway leaves no half table behind.
+        let trash = self.root.join(format!(".dropped_{name}"));
+        std::fs::rename(table.dir(), &trash).map_err(EngineError::io(&trash))?;
+        std::fs::remove_dir_all(&trash).map_err(EngineError::io(&trash))?;
+        info!(table = name, "dropped table");
+        Ok(())
+    }
+
+    /// Asks the pool to merge the table's parts if its selector finds a merge.
+    pub fn schedule_merges(&self, table: &Arc<Table>) {
+        self.merges.schedule(table.clone());
+    }
+}
+
+/// How long after an insert (or START MERGES) a background merge is looked for. ClickHouse's
+/// scheduler also picks up new parts after a short while rather than at once, which gives a
+/// statement right after an insert (such as OPTIMIZE) the parts as inserted.
+const MERGE_ASSIGN_DELAY: Duration = Duration::from_millis(500);
+
+/// A fixed number of threads running background merges.
+struct MergePool {
+    sender: Option<Sender<(Instant, Arc<Table>)>>,
+}
+
+impl MergePool {
+    fn start(threads: usize, delay: Duration) -> MergePool {
+        if threads == 0 {
+            return MergePool { sender: None };
+        }
+        let (sender, receiver) = channel::<(Instant, Arc<Table>)>();
+        let receiver = Arc::new(Mutex::new(receiver));
+        for i in 0..threads {
+            let receiver = receiver.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("merge-{i}"))
+                .spawn(move || merge_worker(&receiver, delay));
+            if let Err(e) = spawned {
+                warn!(error = %e, "cannot start a merge thread");
+            }
+        }
+        MergePool {
+            sender: Some(sender),
+        }
+    }
+
+    fn schedule(&self, table: Arc<Table>) {
+        if let Some(sender) = &self.sender {
+            // A closed channel means the process is shutting down; nothing to merge then.
+            let _ = sender.send((Instant::now(), table));
+        }
+    }
+}
+
+fn merge_worker(receiver: &Mutex<Receiver<(Instant, Arc<Table>)>>, delay: Duration) {
+    loop {
+        let (scheduled, table) = {
+            let receiver = receiver.lock().unwrap_or_else(|p| p.into_inner());
+            match receiver.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        };
+        let due = scheduled + delay;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        loop {
+            match table.merge_once() {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => {
+                    warn!(table = table.name(), error = %e, "background merge failed");
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! The engine's error type: every failure names the table, part or path it concerns.
+
+use std::path::PathBuf;
+
+use arrow::error::ArrowError;
+use parquet::errors::ParquetError;
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("invalid type '{type_name}': {message}")]
+    InvalidType { type_name: String, message: String },
+
+    /// ClickHouse's BAD_ARGUMENTS / ILLEGAL_TYPE_OF_ARGUMENT family at CREATE TABLE.
+    #[error("{0}")]
+    BadTableDefinition(String),
+
+    #[error("table {0} already exists")]
+    TableExists(String),
+
+    #[error("table {0} does not exist")]
+    UnknownTable(String),
+
+    #[error("unknown setting '{0}'")]
+    UnknownSetting(String),
+
+    #[error("setting '{name}': {message}")]
+    BadSetting { name: String, message: String },
+
+    #[error("table {table}: {message}")]
+    BadInsert { table: String, message: String },
+
+    #[error("too many parts ({parts}) in partition {partition} of table {table}: merges are processing significantly slower than inserts (parts_to_throw_insert = {limit})")]
+    TooManyParts {
+        table: String,
+        partition: String,
+        parts: usize,
+        limit: u64,
+    },
+
+    #[error("table {table}: {message}")]
+    BadOptimize { table: String, message: String },
+
+    #[error("part {part}: {message}")]
+    CorruptPart { part: String, message: String },
+
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+
+    #[error("parquet error in {path}: {source}")]
+    Parquet { path: PathBuf, source: ParquetError },
+
+    #[error("arrow error: {0}")]
+    Arrow(#[from] ArrowError),
+
+    #[error("metadata error in {path}: {source}")]
+    Metadata {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+impl EngineError {
+    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> EngineError {
+        let path = path.into();
+        move |source| EngineError::Io { path, source }
+    }
+
+    pub fn parquet(path: impl Into<PathBuf>) -> impl FnOnce(ParquetError) -> EngineError {
+        let path = path.into();
+        move |source| EngineError::Parquet { path, source }
+    }
+}

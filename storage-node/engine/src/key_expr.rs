@@ -1,0 +1,358 @@
+//! Partition key expressions and partition ids.
+//!
+//! A partition key is a column, one of the date bucketing functions ClickHouse users rely on, or a
+//! tuple of those. The partition id follows ClickHouse: the decimal value for an integer, YYYYMMDD
+//! for a date, values joined by `-` for a tuple, `all` without a partition key.
+
+use std::collections::HashMap;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::compute::{cast, take};
+use arrow::datatypes::{DataType as ArrowType, Date32Type, Int64Type, TimeUnit, UInt64Type};
+use chrono::{Datelike, NaiveDate};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{EngineError, Result};
+use crate::schema::ColumnDef;
+use crate::types::ChType;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyExpr {
+    Column(String),
+    Literal(i64),
+    Call {
+        function: String,
+        args: Vec<KeyExpr>,
+    },
+    Tuple(Vec<KeyExpr>),
+}
+
+/// Functions a partition key may call.
+pub const PARTITION_FUNCTIONS: &[&str] = &[
+    "toYYYYMM",
+    "toYYYYMMDD",
+    "toYear",
+    "toDate",
+    "toStartOfMonth",
+    "toMonday",
+    "intDiv",
+    "modulo",
+];
+
+/// One evaluated partition key element.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PartitionValue {
+    Int(i128),
+    Date(i32),
+}
+
+impl PartitionValue {
+    fn id(&self) -> String {
+        match self {
+            PartitionValue::Int(v) => v.to_string(),
+            PartitionValue::Date(d) => {
+                let date = days_to_date(*d);
+                format!("{:04}{:02}{:02}", date.year(), date.month(), date.day())
+            }
+        }
+    }
+
+    fn display(&self) -> String {
+        match self {
+            PartitionValue::Int(v) => v.to_string(),
+            PartitionValue::Date(d) => days_to_date(*d).format("%Y-%m-%d").to_string(),
+        }
+    }
+}
+
+/// A partition: its id (part names start with it) and the value shown in `system.parts`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Partition {
+    pub id: String,
+    pub value: String,
+}
+
+impl Partition {
+    pub fn all() -> Partition {
+        Partition {
+            id: "all".into(),
+            value: "tuple()".into(),
+        }
+    }
+
+    fn from_values(values: &[PartitionValue]) -> Partition {
+        let id = values
+            .iter()
+            .map(PartitionValue::id)
+            .collect::<Vec<_>>()
+            .join("-");
+        let value = if values.len() == 1 {
+            values[0].display()
+        } else {
+            format!(
+                "({})",
+                values
+                    .iter()
+                    .map(PartitionValue::display)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        };
+        Partition { id, value }
+    }
+}
+
+pub fn days_to_date(days: i32) -> NaiveDate {
+    NaiveDate::from_num_days_from_ce_opt(days + 719_163).unwrap_or(NaiveDate::MIN)
+}
+
+fn date_to_days(date: NaiveDate) -> i32 {
+    date.num_days_from_ce() - 719_163
+}
+
+impl KeyExpr {
+    pub fn columns(&self) -> Vec<&str> {
+        match self {
+            KeyExpr::Column(c) => vec![c.as_str()],
+            KeyExpr::Literal(_) => vec![],
+            KeyExpr::Call { args, .. } | KeyExpr::Tuple(args) => {
+                args.iter().flat_map(KeyExpr::columns).collect()
+            }
+        }
+    }
+
+    fn elements(&self) -> &[KeyExpr] {
+        match self {
+            KeyExpr::Tuple(items) => items,
+            single => std::slice::from_ref(single),
+        }
+    }
+
+    /// Checks the expression against the table's columns at CREATE TABLE.
+    pub fn validate(&self, columns: &[ColumnDef]) -> Result<()> {
+        for element in self.elements() {
+            element.kind(columns)?;
+        }
+        Ok(())
+    }
+
+    /// What an element evaluates to: a date or an integer.
+    fn kind(&self, columns: &[ColumnDef]) -> Result<ValueKind> {
+        let bad = |m: String| EngineError::BadTableDefinition(m);
+        match self {
+            KeyExpr::Literal(_) => Ok(ValueKind::Int),
+            KeyExpr::Tuple(_) => Err(bad(
+                "nested tuples are not allowed in a partition key".into()
+            )),
+            KeyExpr::Column(name) => {
+                let col = columns.iter().find(|c| &c.name == name).ok_or_else(|| {
+                    bad(format!(
+                        "Missing columns: '{name}' while processing the partition key"
+                    ))
+                })?;
+                match col.ty.value_type() {
+                    t if t.is_integer() => Ok(ValueKind::Int),
+                    ChType::Bool => Ok(ValueKind::Int),
+                    ChType::Date | ChType::Date32 => Ok(ValueKind::Date),
+                    ChType::DateTime => Ok(ValueKind::DateTime),
+                    other => Err(bad(format!(
+                        "partition keys of type {other} are not supported yet (column {name}); use an integer or date expression"
+                    ))),
+                }
+            }
+            KeyExpr::Call { function, args } => {
+                let arg_kinds = args
+                    .iter()
+                    .map(|a| a.kind(columns))
+                    .collect::<Result<Vec<_>>>()?;
+                let temporal = |k: &ValueKind| matches!(k, ValueKind::Date | ValueKind::DateTime);
+                match (function.as_str(), arg_kinds.as_slice()) {
+                    ("toYYYYMM" | "toYYYYMMDD" | "toYear", [k]) if temporal(k) => Ok(ValueKind::Int),
+                    ("toDate" | "toStartOfMonth" | "toMonday", [k]) if temporal(k) => {
+                        Ok(ValueKind::Date)
+                    }
+                    ("intDiv" | "modulo", [ValueKind::Int, ValueKind::Int]) => Ok(ValueKind::Int),
+                    _ => Err(bad(format!(
+                        "unsupported partition key expression {function}(…) with {} argument(s); supported: {}",
+                        args.len(),
+                        PARTITION_FUNCTIONS.join(", ")
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Splits a block by partition: the partitions in order of first appearance, each with the
+    /// block's rows that belong to it.
+    pub fn split(
+        expr: Option<&KeyExpr>,
+        columns: &[ColumnDef],
+        batch: &RecordBatch,
+    ) -> Result<Vec<(Partition, RecordBatch)>> {
+        let Some(expr) = expr else {
+            return Ok(vec![(Partition::all(), batch.clone())]);
+        };
+        let evaluated = expr
+            .elements()
+            .iter()
+            .map(|e| e.evaluate(columns, batch))
+            .collect::<Result<Vec<_>>>()?;
+        let mut groups: HashMap<Vec<PartitionValue>, Vec<u32>> = HashMap::new();
+        let mut order = Vec::new();
+        for row in 0..batch.num_rows() {
+            let key: Vec<PartitionValue> =
+                evaluated.iter().map(|values| values[row].clone()).collect();
+            let rows = groups.entry(key.clone()).or_insert_with(|| {
+                order.push(key);
+                Vec::new()
+            });
+            rows.push(row as u32);
+        }
+        let mut out = Vec::with_capacity(order.len());
+        for key in order {
+            let indices = UInt32Array::from(groups.remove(&key).unwrap_or_default());
+            let columns = batch
+                .columns()
+                .iter()
+                .map(|c| take(c.as_ref(), &indices, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let part = RecordBatch::try_new(batch.schema(), columns)?;
+            out.push((Partition::from_values(&key), part));
+        }
+        Ok(out)
+    }
+
+    fn evaluate(&self, columns: &[ColumnDef], batch: &RecordBatch) -> Result<Vec<PartitionValue>> {
+        let rows = batch.num_rows();
+        match self {
+            KeyExpr::Literal(v) => Ok(vec![PartitionValue::Int(*v as i128); rows]),
+            KeyExpr::Column(name) => {
+                let index = columns
+                    .iter()
+                    .position(|c| &c.name == name)
+                    .ok_or_else(|| {
+                        EngineError::BadTableDefinition(format!("Missing columns: '{name}'"))
+                    })?;
+                column_values(batch.column(index))
+            }
+            KeyExpr::Tuple(_) => Err(EngineError::BadTableDefinition(
+                "nested tuples are not allowed in a partition key".into(),
+            )),
+            KeyExpr::Call { function, args } => {
+                let args = args
+                    .iter()
+                    .map(|a| a.evaluate(columns, batch))
+                    .collect::<Result<Vec<_>>>()?;
+                (0..rows)
+                    .map(|row| {
+                        let arg = |i: usize| args[i][row].clone();
+                        apply(
+                            function,
+                            &[
+                                arg(0),
+                                args.get(1)
+                                    .map(|a| a[row].clone())
+                                    .unwrap_or(PartitionValue::Int(1)),
+                            ],
+                        )
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ValueKind {
+    Int,
+    Date,
+    DateTime,
+}
+
+/// DateTime values reach the functions as seconds; they are carried as `Int` with this marker
+/// removed by `column_values`, so the functions see days for dates and seconds for date-times.
+fn apply(function: &str, args: &[PartitionValue]) -> Result<PartitionValue> {
+    let date = |v: &PartitionValue| match v {
+        PartitionValue::Date(d) => days_to_date(*d),
+        PartitionValue::Int(secs) => days_to_date((secs.div_euclid(86_400)) as i32),
+    };
+    let int = |v: &PartitionValue| match v {
+        PartitionValue::Int(i) => *i,
+        PartitionValue::Date(d) => *d as i128,
+    };
+    Ok(match function {
+        "toYYYYMM" => {
+            let d = date(&args[0]);
+            PartitionValue::Int((d.year() * 100 + d.month() as i32) as i128)
+        }
+        "toYYYYMMDD" => {
+            let d = date(&args[0]);
+            PartitionValue::Int(
+                (d.year() * 10_000 + d.month() as i32 * 100 + d.day() as i32) as i128,
+            )
+        }
+        "toYear" => PartitionValue::Int(date(&args[0]).year() as i128),
+        "toDate" => PartitionValue::Date(date_to_days(date(&args[0]))),
+        "toStartOfMonth" => {
+            let d = date(&args[0]);
+            PartitionValue::Date(date_to_days(d.with_day(1).unwrap_or(d)))
+        }
+        "toMonday" => {
+            let d = date(&args[0]);
+            let back = d.weekday().num_days_from_monday() as i32;
+            PartitionValue::Date(date_to_days(d) - back)
+        }
+        "intDiv" | "modulo" => {
+            let (a, b) = (int(&args[0]), int(&args[1]));
+            if b == 0 {
+                return Err(EngineError::BadInsert {
+                    table: String::new(),
+                    message: "Division by zero in the partition key".into(),
+                });
+            }
+            PartitionValue::Int(if function == "intDiv" { a / b } else { a % b })
+        }
+        other => {
+            return Err(EngineError::BadTableDefinition(format!(
+                "unsupported partition function {other}"
+            )))
+        }
+    })
+}
+
+fn column_values(array: &ArrayRef) -> Result<Vec<PartitionValue>> {
+    let out = match array.data_type() {
+        ArrowType::Date32 => array
+            .as_primitive::<Date32Type>()
+            .iter()
+            .map(|v| PartitionValue::Date(v.unwrap_or(0)))
+            .collect(),
+        ArrowType::Timestamp(unit, _) => {
+            let per_second: i64 = match unit {
+                TimeUnit::Second => 1,
+                TimeUnit::Millisecond => 1_000,
+                TimeUnit::Microsecond => 1_000_000,
+                TimeUnit::Nanosecond => 1_000_000_000,
+            };
+            let ints = cast(array, &ArrowType::Int64)?;
+            ints.as_primitive::<Int64Type>()
+                .iter()
+                .map(|v| PartitionValue::Int((v.unwrap_or(0).div_euclid(per_second)) as i128))
+                .collect()
+        }
+        ArrowType::UInt64 => array
+            .as_primitive::<UInt64Type>()
+            .iter()
+            .map(|v| PartitionValue::Int(v.unwrap_or(0) as i128))
+            .collect(),
+        _ => {
+            let ints = cast(array, &ArrowType::Int64)?;
+            ints.as_primitive::<Int64Type>()
+                .iter()
+                .map(|v| PartitionValue::Int(v.unwrap_or(0) as i128))
+                .collect()
+        }
+    };
+    Ok(out)
+}

@@ -1,0 +1,22 @@
+//! The MergeTree engine of mergestream: tables of immutable sorted parts, the merging
+//! algorithms of the MergeTree family, background merges, OPTIMIZE and FINAL.
+//!
+//! The SQL front end (`mergestream-query`), the server, the ingestor and replication all call
+//! into this crate; it knows nothing of SQL text.
+
+pub mod catalog;
+pub mod commit;
+pub mod error;
+pub mod key_expr;
+pub mod merge;
+pub mod part;
+pub mod schema;
+pub mod settings;
+pub mod table;
+pub mod types;
+
+pub use catalog::Catalog;
+pub use error::{EngineError, Result};
+pub use schema::{ColumnDef, EngineKind, TableDef};
+pub use table::{InsertOptions, OptimizeRequest, ReadOptions, Table};
+pub use types::ChType;

@@ -1,0 +1,332 @@
+//! Table definitions: columns, the engine and its arguments, keys and settings, with the
+//! creation-time checks ClickHouse makes.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{EngineError, Result};
+use crate::key_expr::KeyExpr;
+use crate::settings::TableSettings;
+use crate::types::ChType;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ty: ChType,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum EngineKind {
+    MergeTree,
+    ReplacingMergeTree {
+        version: Option<String>,
+        is_deleted: Option<String>,
+    },
+    SummingMergeTree {
+        columns: Option<Vec<String>>,
+    },
+    AggregatingMergeTree,
+    CollapsingMergeTree {
+        sign: String,
+    },
+    VersionedCollapsingMergeTree {
+        sign: String,
+        version: String,
+    },
+    CoalescingMergeTree,
+}
+
+impl EngineKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            EngineKind::MergeTree => "MergeTree",
+            EngineKind::ReplacingMergeTree { .. } => "ReplacingMergeTree",
+            EngineKind::SummingMergeTree { .. } => "SummingMergeTree",
+            EngineKind::AggregatingMergeTree => "AggregatingMergeTree",
+            EngineKind::CollapsingMergeTree { .. } => "CollapsingMergeTree",
+            EngineKind::VersionedCollapsingMergeTree { .. } => "VersionedCollapsingMergeTree",
+            EngineKind::CoalescingMergeTree => "CoalescingMergeTree",
+        }
+    }
+
+    /// Engines that merge rows of equal key; parts they write on insert start at level 1.
+    pub fn merges_rows(&self) -> bool {
+        !matches!(self, EngineKind::MergeTree)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableDef {
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub engine: EngineKind,
+    pub partition_by: Option<KeyExpr>,
+    /// Sorting key column names. For VersionedCollapsingMergeTree the version column is
+    /// appended when the table is built, as ClickHouse does.
+    pub order_by: Vec<String>,
+    pub primary_key: Vec<String>,
+    pub settings: TableSettings,
+}
+
+impl TableDef {
+    pub fn column(&self, name: &str) -> Option<&ColumnDef> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| c.ty.arrow_field(&c.name))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// The columns the parts are sorted by, in order.
+    pub fn sorting_key(&self) -> Vec<String> {
+        let mut key = self.order_by.clone();
+        if let EngineKind::VersionedCollapsingMergeTree { version, .. } = &self.engine {
+            if !key.contains(version) {
+                key.push(version.clone());
+            }
+        }
+        key
+    }
+
+    /// The checks ClickHouse makes at CREATE TABLE, with its wording.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(EngineError::BadTableDefinition(m));
+        if self.columns.is_empty() {
+            return bad("a table must have at least one column".into());
+        }
+        for (i, c) in self.columns.iter().enumerate() {
+            if self.columns[..i].iter().any(|p| p.name == c.name) {
+                return bad(format!("column {} already exists", c.name));
+            }
+        }
+        for key in self.order_by.iter().chain(&self.primary_key) {
+            let Some(col) = self.column(key) else {
+                return bad(format!(
+                    "Missing columns: '{key}' while processing the sorting key"
+                ));
+            };
+            if col.ty.is_nullable() && !self.settings.allow_nullable_key {
+                return bad(
+                    "Sorting key contains nullable columns, but merge tree setting `allow_nullable_key` is disabled".into(),
+                );
+            }
+            if matches!(col.ty.value_type(), ChType::Map(..)) {
+                return bad(format!(
+                    "Column {key} with type {} is not allowed in key expression",
+                    col.ty
+                ));
+            }
+        }
+        if self.primary_key.len() > self.order_by.len() {
+            return bad(format!(
+                "Primary key length ({}) is greater than the sorting key length ({})",
+                self.primary_key.len(),
+                self.order_by.len()
+            ));
+        }
+        for (i, (p, o)) in self.primary_key.iter().zip(&self.order_by).enumerate() {
+            if p != o {
+                return bad(format!(
+                    "Primary key must be a prefix of the sorting key, but the column in the position {i} is {o}, not {p}"
+                ));
+            }
+        }
+        if let Some(partition) = &self.partition_by {
+            for name in partition.columns() {
+                if self.column(name).is_none() {
+                    return bad(format!(
+                        "Missing columns: '{name}' while processing the partition key"
+                    ));
+                }
+            }
+        }
+        self.validate_engine()
+    }
+
+    fn require_column(&self, name: &str, role: &str) -> Result<&ColumnDef> {
+        self.column(name).ok_or_else(|| {
+            EngineError::BadTableDefinition(format!(
+                "{role} column {name} does not exist in table declaration."
+            ))
+        })
+    }
+
+    fn check_version_column(&self, version: &str, engine: &str) -> Result<()> {
+        let col = self.require_column(version, "Version")?;
+        if !col.ty.can_be_version() || col.ty.is_nullable() {
+            return Err(EngineError::BadTableDefinition(format!(
+                "The column {version} cannot be used as a version column for storage {engine} because it is of type {} (must be of an integer type or of type Date/DateTime/DateTime64).",
+                col.ty
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_sign_column(&self, sign: &str, engine: &str) -> Result<()> {
+        let col = self.require_column(sign, "Sign")?;
+        if col.ty != ChType::Int8 {
+            return Err(EngineError::BadTableDefinition(format!(
+                "Sign column ({sign}) for storage {engine} must have type Int8. Provided column of type {}.",
+                col.ty
+            )));
+        }
+        Ok(())
+    }
+
+    fn validate_engine(&self) -> Result<()> {
+        let bad = |m: String| Err(EngineError::BadTableDefinition(m));
+        match &self.engine {
+            EngineKind::MergeTree | EngineKind::CoalescingMergeTree => Ok(()),
+            EngineKind::ReplacingMergeTree {
+                version,
+                is_deleted,
+            } => {
+                if let (Some(v), Some(d)) = (version, is_deleted) {
+                    if v == d {
+                        return bad(format!(
+                            "The version and is_deleted column cannot be the same column ({v})."
+                        ));
+                    }
+                }
+                if let Some(d) = is_deleted {
+                    if version.is_none() {
+                        return bad(format!(
+                            "Version column for storage ReplacingMergeTree is empty while is_deleted ({d}) is not."
+                        ));
+                    }
+                    let col = self.require_column(d, "is_deleted")?;
+                    if col.ty != ChType::UInt8 {
+                        return bad(format!(
+                            "is_deleted column ({d}) for storage ReplacingMergeTree must have type UInt8. Provided column of type {}.",
+                            col.ty
+                        ));
+                    }
+                }
+                if let Some(v) = version {
+                    self.check_version_column(v, "ReplacingMergeTree")?;
+                }
+                Ok(())
+            }
+            EngineKind::SummingMergeTree { columns } => {
+                for name in columns.iter().flatten() {
+                    if self.column(name).is_none() {
+                        return bad(format!(
+                            "Column {name} listed in columns to sum does not exist in table declaration."
+                        ));
+                    }
+                    if self.order_by.contains(name) {
+                        return bad(format!(
+                            "Column {name} listed in columns to sum is a part of the sorting key"
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            EngineKind::AggregatingMergeTree => {
+                let has_measures = self
+                    .columns
+                    .iter()
+                    .any(|c| matches!(c.ty, ChType::SimpleAggregateFunction { .. }));
+                if self.settings.allow_dimensions_outside_sorting_key || !has_measures {
+                    return Ok(());
+                }
+                let outside: Vec<&str> = self
+                    .columns
+                    .iter()
+                    .filter(|c| {
+                        !self.order_by.contains(&c.name)
+                            && !matches!(c.ty, ChType::SimpleAggregateFunction { .. })
+                    })
+                    .map(|c| c.name.as_str())
+                    .collect();
+                if outside.is_empty() {
+                    Ok(())
+                } else {
+                    bad(format!(
+                        "Column(s) {} of the AggregatingMergeTree table are neither part of the sorting key nor aggregate measures (AggregateFunction or SimpleAggregateFunction). During background merges, rows with the same value of the sorting key are collapsed into one, so these columns keep an arbitrary value, which silently produces wrong results for queries that GROUP BY or filter on them. Add them to the sorting key (ORDER BY), or set 'allow_dimensions_outside_sorting_key = 1' if this is intentional (for example, when the columns are functionally dependent on the sorting key).",
+                        outside.join(", ")
+                    ))
+                }
+            }
+            EngineKind::CollapsingMergeTree { sign } => {
+                self.check_sign_column(sign, "CollapsingMergeTree")
+            }
+            EngineKind::VersionedCollapsingMergeTree { sign, version } => {
+                self.check_sign_column(sign, "VersionedCollapsingMergeTree")?;
+                if sign == version {
+                    return bad(format!(
+                        "The version and sign column cannot be the same column ({sign})."
+                    ));
+                }
+                self.check_version_column(version, "VersionedCollapsingMergeTree")
+            }
+        }
+    }
+}
+
+/// On-disk form of a table definition (`table.json`); types are kept as ClickHouse names.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoredTableDef {
+    pub name: String,
+    pub columns: Vec<(String, String)>,
+    pub engine: EngineKind,
+    pub partition_by: Option<KeyExpr>,
+    pub order_by: Vec<String>,
+    pub primary_key: Vec<String>,
+    pub settings: TableSettings,
+}
+
+impl From<&TableDef> for StoredTableDef {
+    fn from(def: &TableDef) -> Self {
+        StoredTableDef {
+            name: def.name.clone(),
+            columns: def
+                .columns
+                .iter()
+                .map(|c| (c.name.clone(), c.ty.to_string()))
+                .collect(),
+            engine: def.engine.clone(),
+            partition_by: def.partition_by.clone(),
+            order_by: def.order_by.clone(),
+            primary_key: def.primary_key.clone(),
+            settings: def.settings.clone(),
+        }
+    }
+}
+
+impl StoredTableDef {
+    pub fn into_def(self) -> Result<TableDef> {
+        let columns = self
+            .columns
+            .into_iter()
+            .map(|(name, ty)| {
+                Ok(ColumnDef {
+                    name,
+                    ty: ChType::parse(&ty)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(TableDef {
+            name: self.name,
+            columns,
+            engine: self.engine,
+            partition_by: self.partition_by,
+            order_by: self.order_by,
+            primary_key: self.primary_key,
+            settings: self.settings,
+        })
+    }
+}

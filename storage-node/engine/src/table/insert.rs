@@ -1,0 +1,279 @@
+//! INSERT: split by partition, sort, apply the engine inside the block, write, commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, RecordBatch, UInt32Array};
+use arrow::compute::take;
+use arrow_row::{RowConverter, SortField};
+use tracing::debug;
+
+use super::Table;
+use crate::commit::BlockAllocation;
+use crate::error::{EngineError, Result};
+use crate::key_expr::KeyExpr;
+use crate::merge::{build_algorithm, AlgorithmOptions, SortedMerge, SortedStream};
+use crate::part::{name::PartName, ClosedPart, DataPart, PartWriter};
+
+#[derive(Debug, Clone, Default)]
+pub struct InsertOptions {
+    /// `insert_deduplication_token`: the dedup id of the insert instead of the data's hash.
+    pub deduplication_token: Option<String>,
+}
+
+/// What an insert did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InsertSummary {
+    pub rows: usize,
+    pub parts: Vec<String>,
+    /// Parts not written because an insert with the same dedup id was already committed.
+    pub deduplicated: usize,
+}
+
+/// Sorts a batch by its key columns; stable, so that rows of equal key keep insertion order
+/// (the last inserted row wins a Replacing tie).
+pub fn sort_by_key(batch: &RecordBatch, key_columns: &[usize]) -> Result<RecordBatch> {
+    if key_columns.is_empty() || batch.num_rows() < 2 {
+        return Ok(batch.clone());
+    }
+    let fields = key_columns
+        .iter()
+        .map(|&c| SortField::new(batch.schema().field(c).data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(fields)?;
+    let keys: Vec<_> = key_columns
+        .iter()
+        .map(|&c| batch.column(c).clone())
+        .collect();
+    let rows = converter.convert_columns(&keys)?;
+    if (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i)) {
+        return Ok(batch.clone());
+    }
+    let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
+    order.sort_unstable_by(|&a, &b| {
+        rows.row(a as usize)
+            .cmp(&rows.row(b as usize))
+            .then(a.cmp(&b))
+    });
+    let indices = UInt32Array::from(order);
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), &indices, None))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+}
+
+impl Table {
+    /// Inserts one block. Each partition of the block becomes one part; the call returns once
+    /// every part is durable and active.
+    pub fn insert(&self, batch: RecordBatch, options: &InsertOptions) -> Result<InsertSummary> {
+        self.check_block(&batch)?;
+        let mut summary = InsertSummary {
+            rows: batch.num_rows(),
+            ..Default::default()
+        };
+        if batch.num_rows() == 0 {
+            return Ok(summary);
+        }
+        let blocks = KeyExpr::split(self.def.partition_by.as_ref(), &self.def.columns, &batch)?;
+        for (partition, _) in &blocks {
+            self.wait_for_parts_limit(&partition.id)?;
+        }
+        let mut closed = Vec::with_capacity(blocks.len());
+        for (index, (partition, block)) in blocks.into_iter().enumerate() {
+            let sorted = sort_by_key(&block, &self.key_columns)?;
+            let tmp_name = format!("insert_{}_{}", partition.id, unique_suffix());
+            let mut writer = PartWriter::create(
+                &self.dir,
+                &tmp_name,
+                partition.clone(),
+                self.schema.clone(),
+                self.key_columns.clone(),
+                self.def.settings.index_granularity,
+            )?;
+            let result = self
+                .dedup_id(&partition.id, index, options, &sorted)
+                .and_then(|id| self.write_block(&mut writer, sorted).map(|()| id));
+            match result {
+                Ok(dedup_id) => closed.push((writer.close(dedup_id.clone())?, dedup_id)),
+                Err(e) => {
+                    writer.abort();
+                    closed.into_iter().for_each(|(part, _)| part.abort());
+                    return Err(e);
+                }
+            }
+        }
+        for (part, dedup_id) in closed {
+            if part.meta().rows == 0 {
+                // Everything collapsed away inside the block (e.g. zero sums).
+                part.abort();
+                continue;
+            }
+            match self.commit_part(part, dedup_id.as_deref())? {
+                Some(name) => summary.parts.push(name),
+                None => summary.deduplicated += 1,
+            }
+        }
+        Ok(summary)
+    }
+
+    fn check_block(&self, batch: &RecordBatch) -> Result<()> {
+        let bad = |message: String| EngineError::BadInsert {
+            table: self.def.name.clone(),
+            message,
+        };
+        if batch.num_columns() != self.schema.fields().len() {
+            return Err(bad(format!(
+                "block has {} columns, the table has {}",
+                batch.num_columns(),
+                self.schema.fields().len()
+            )));
+        }
+        for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
+            if field.data_type() != column.data_type() {
+                return Err(bad(format!(
+                    "column {} has type {}, expected {}",
+                    field.name(),
+                    column.data_type(),
+                    field.data_type()
+                )));
+            }
+            if !field.is_nullable() && column.null_count() > 0 {
+                return Err(bad(format!(
+                    "column {} is not Nullable but the block holds NULL",
+                    field.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The engine's algorithm over one sorted block (optimize_on_insert), into the writer.
+    fn write_block(&self, writer: &mut PartWriter, sorted: RecordBatch) -> Result<()> {
+        if !self.def.engine.merges_rows() {
+            return writer.write(&sorted);
+        }
+        let algorithm = build_algorithm(&self.def, &self.schema, AlgorithmOptions::default())?;
+        let source: SortedStream = Box::new(std::iter::once(Ok(sorted)));
+        let merge = SortedMerge::new(
+            self.schema.clone(),
+            self.key_columns.clone(),
+            vec![(source, false)],
+            algorithm,
+        )?;
+        for batch in merge {
+            writer.write(&batch?)?;
+        }
+        Ok(())
+    }
+
+    fn dedup_id(
+        &self,
+        partition_id: &str,
+        index: usize,
+        options: &InsertOptions,
+        block: &RecordBatch,
+    ) -> Result<Option<String>> {
+        if self.def.settings.non_replicated_deduplication_window == 0 {
+            return Ok(None);
+        }
+        let id = match &options.deduplication_token {
+            Some(token) if index == 0 => format!("{partition_id}_{token}"),
+            Some(token) => format!("{partition_id}_{token}_{index}"),
+            None => format!("{partition_id}_{:032x}", block_hash(block)?),
+        };
+        Ok(Some(id))
+    }
+
+    /// Allocates the block number and activates the part; `None` if it was a duplicate.
+    fn commit_part(&self, part: ClosedPart, dedup_id: Option<&str>) -> Result<Option<String>> {
+        let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let block = match self.committer.allocate(dedup_id)? {
+            BlockAllocation::Duplicate => {
+                debug!(table = %self.def.name, dedup_id, "insert deduplicated");
+                part.abort();
+                return Ok(None);
+            }
+            BlockAllocation::Block(block) => block,
+        };
+        let name = PartName {
+            partition_id: part.meta().partition.id.clone(),
+            min_block: block,
+            max_block: block,
+            level: u32::from(self.def.engine.merges_rows()),
+        };
+        let part = match part.commit(name.clone()) {
+            Ok(part) => part,
+            Err(e) => {
+                self.committer.abandoned(block);
+                return Err(e);
+            }
+        };
+        self.activate(part);
+        self.committer.committed(block, dedup_id, &name)?;
+        metrics::counter!("mergestream_engine_parts_inserted_total").increment(1);
+        Ok(Some(name.to_string()))
+    }
+
+    fn activate(&self, part: DataPart) {
+        let mut state = self.lock_state();
+        let at = state
+            .active
+            .partition_point(|p| p.name.insertion_order(&part.name).is_lt());
+        state.active.insert(at, Arc::new(part));
+    }
+
+    /// `parts_to_delay_insert` / `parts_to_throw_insert` for one partition.
+    fn wait_for_parts_limit(&self, partition_id: &str) -> Result<()> {
+        let settings = &self.def.settings;
+        let count = || {
+            self.lock_state()
+                .active
+                .iter()
+                .filter(|p| p.name.partition_id == partition_id)
+                .count()
+        };
+        let parts = count();
+        if parts as u64 >= settings.parts_to_throw_insert {
+            return Err(EngineError::TooManyParts {
+                table: self.def.name.clone(),
+                partition: partition_id.to_string(),
+                parts,
+                limit: settings.parts_to_throw_insert,
+            });
+        }
+        if parts as u64 >= settings.parts_to_delay_insert {
+            // ClickHouse's delay grows with how far past the delay threshold the partition is.
+            let over = (parts as u64 - settings.parts_to_delay_insert + 1) as f64;
+            let span =
+                (settings.parts_to_throw_insert - settings.parts_to_delay_insert).max(1) as f64;
+            let delay = settings.max_delay_to_insert as f64 * 1000.0 * (over / span).min(1.0);
+            debug!(table = %self.def.name, partition_id, parts, delay_ms = delay, "delaying insert");
+            metrics::counter!("mergestream_engine_delayed_inserts_total").increment(1);
+            std::thread::sleep(Duration::from_millis(delay.max(10.0) as u64));
+        }
+        Ok(())
+    }
+}
+
+/// A hash of a block's contents: its Arrow IPC encoding.
+fn block_hash(block: &RecordBatch) -> Result<u128> {
+    let mut bytes = Vec::new();
+    {
+        let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut bytes, &block.schema())?;
+        writer.write(block)?;
+        writer.finish()?;
+    }
+    Ok(xxhash_rust::xxh3::xxh3_128(&bytes))
+}
+
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}

@@ -1,0 +1,263 @@
+//! Merges: choosing parts, merging them into one part at the next level, and OPTIMIZE.
+
+use std::sync::Arc;
+
+use tracing::{debug, info};
+
+use super::Table;
+use crate::error::{EngineError, Result};
+use crate::merge::select::PartSize;
+use crate::merge::{
+    build_algorithm, AlgorithmOptions, SortedMerge, SortedStream, MERGE_BLOCK_ROWS,
+};
+use crate::part::{name::PartName, DataPart, PartWriter};
+use crate::schema::EngineKind;
+
+/// `OPTIMIZE TABLE t [PARTITION p] [FINAL] [CLEANUP]`.
+#[derive(Debug, Clone, Default)]
+pub struct OptimizeRequest {
+    /// The partition id; `None` for every partition.
+    pub partition_id: Option<String>,
+    pub final_merge: bool,
+    pub cleanup: bool,
+}
+
+impl Table {
+    /// Picks one background merge and marks its parts as merging.
+    pub fn select_merge(&self) -> Option<Vec<Arc<DataPart>>> {
+        let mut state = self.lock_state();
+        if state.merges_stopped {
+            return None;
+        }
+        let active = &state.active;
+        let mut start = 0;
+        // Runs of adjacent parts of one partition that no other merge holds.
+        let mut chosen = None;
+        while start < active.len() {
+            let mut end = start;
+            while end < active.len()
+                && active[end].name.partition_id == active[start].name.partition_id
+                && !state.merging.contains(&active[end].name)
+            {
+                end += 1;
+            }
+            if end > start + 1 {
+                let sizes: Vec<PartSize> = active[start..end]
+                    .iter()
+                    .map(|p| PartSize {
+                        bytes: p.bytes_on_disk,
+                        rows: p.rows(),
+                    })
+                    .collect();
+                if let Some(range) = self.selector.select(&sizes) {
+                    chosen = Some(active[start + range.start..start + range.end].to_vec());
+                    break;
+                }
+            }
+            start = end.max(start + 1);
+        }
+        let parts = chosen?;
+        for part in &parts {
+            state.merging.insert(part.name.clone());
+        }
+        Some(parts)
+    }
+
+    /// Runs one background merge if the selector finds one; whether it did.
+    pub fn merge_once(&self) -> Result<bool> {
+        match self.select_merge() {
+            Some(parts) => {
+                self.run_merge(parts, AlgorithmOptions::default())?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Merges `parts` (adjacent, one partition, already marked merging) into one part.
+    pub fn run_merge(
+        &self,
+        parts: Vec<Arc<DataPart>>,
+        options: AlgorithmOptions,
+    ) -> Result<PartName> {
+        let result = self.write_merged(&parts, options);
+        let mut state = self.lock_state();
+        for part in &parts {
+            state.merging.remove(&part.name);
+        }
+        let merged = match result {
+            Ok(merged) => merged,
+            Err(e) => {
+                drop(state);
+                self.merge_done.notify_all();
+                return Err(e);
+            }
+        };
+        let name = merged.name.clone();
+        state
+            .active
+            .retain(|p| !parts.iter().any(|s| Arc::ptr_eq(p, s)));
+        let at = state
+            .active
+            .partition_point(|p| p.name.insertion_order(&name).is_lt());
+        state.active.insert(at, Arc::new(merged));
+        for part in parts {
+            part.mark_outdated();
+            state.outdated.push(part);
+        }
+        drop(state);
+        self.merge_done.notify_all();
+        metrics::counter!("mergestream_engine_merges_total").increment(1);
+        self.remove_unused_outdated();
+        Ok(name)
+    }
+
+    fn write_merged(&self, parts: &[Arc<DataPart>], options: AlgorithmOptions) -> Result<DataPart> {
+        let first = parts.first().ok_or_else(|| EngineError::BadOptimize {
+            table: self.def.name.clone(),
+            message: "nothing to merge".into(),
+        })?;
+        let name = PartName {
+            partition_id: first.name.partition_id.clone(),
+            min_block: parts.iter().map(|p| p.name.min_block).min().unwrap_or(0),
+            max_block: parts.iter().map(|p| p.name.max_block).max().unwrap_or(0),
+            level: parts.iter().map(|p| p.name.level).max().unwrap_or(0) + 1,
+        };
+        debug!(table = %self.def.name, part = %name, sources = parts.len(), "merging parts");
+        let sources = parts
+            .iter()
+            .map(|p| {
+                let stream =
+                    Box::new(p.reader()?.batch_size(MERGE_BLOCK_ROWS).build()?) as SortedStream;
+                Ok((stream, p.name.level > 0))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let algorithm = build_algorithm(&self.def, &self.schema, options)?;
+        let merge = SortedMerge::new(
+            self.schema.clone(),
+            self.key_columns.clone(),
+            sources,
+            algorithm,
+        )?;
+        let mut writer = PartWriter::create(
+            &self.dir,
+            &format!("merge_{name}"),
+            first.meta.partition.clone(),
+            self.schema.clone(),
+            self.key_columns.clone(),
+            self.def.settings.index_granularity,
+        )?;
+        for batch in merge {
+            match batch.and_then(|b| writer.write(&b)) {
+                Ok(()) => {}
+                Err(e) => {
+                    writer.abort();
+                    return Err(e);
+                }
+            }
+        }
+        let rows = writer.rows();
+        let part = writer.close(None)?.commit(name)?;
+        info!(table = %self.def.name, part = %part.name, rows, "merged parts");
+        Ok(part)
+    }
+
+    /// `OPTIMIZE TABLE`: without FINAL one selected merge; with FINAL every partition (or the
+    /// given one) merged into one part, a single part rewritten too, as ClickHouse does.
+    pub fn optimize(&self, request: &OptimizeRequest) -> Result<()> {
+        let bad = |message: &str| EngineError::BadOptimize {
+            table: self.def.name.clone(),
+            message: message.into(),
+        };
+        if request.cleanup {
+            if !matches!(self.def.engine, EngineKind::ReplacingMergeTree { .. }) {
+                return Err(bad(
+                    "Cannot OPTIMIZE with CLEANUP table: only ReplacingMergeTree can be CLEANUP",
+                ));
+            }
+            if !self
+                .def
+                .settings
+                .allow_experimental_replacing_merge_with_cleanup
+            {
+                return Err(bad("Experimental merges with CLEANUP are not allowed"));
+            }
+        }
+        if self.merges_stopped() {
+            return Err(bad("Cancelled merging parts"));
+        }
+        if !request.final_merge {
+            return self.merge_once().map(|_| ());
+        }
+        let options = AlgorithmOptions {
+            cleanup: request.cleanup,
+            final_read: false,
+        };
+        let partitions: Vec<String> = {
+            let mut ids: Vec<String> = self
+                .snapshot()
+                .iter()
+                .map(|p| p.name.partition_id.clone())
+                .collect();
+            ids.dedup();
+            ids.into_iter()
+                .filter(|id| request.partition_id.as_ref().is_none_or(|want| want == id))
+                .collect()
+        };
+        for partition_id in partitions {
+            let parts = self.take_partition_for_merge(&partition_id)?;
+            if !parts.is_empty() {
+                self.run_merge(parts, options)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until no merge holds a part of the partition, then marks all its parts merging.
+    fn take_partition_for_merge(&self, partition_id: &str) -> Result<Vec<Arc<DataPart>>> {
+        let mut state = self.lock_state();
+        loop {
+            if state.merges_stopped {
+                return Err(EngineError::BadOptimize {
+                    table: self.def.name.clone(),
+                    message: "Cancelled merging parts".into(),
+                });
+            }
+            let busy = state
+                .active
+                .iter()
+                .any(|p| p.name.partition_id == partition_id && state.merging.contains(&p.name));
+            if !busy {
+                break;
+            }
+            state = self
+                .merge_done
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        let parts: Vec<Arc<DataPart>> = state
+            .active
+            .iter()
+            .filter(|p| p.name.partition_id == partition_id)
+            .cloned()
+            .collect();
+        for part in &parts {
+            state.merging.insert(part.name.clone());
+        }
+        Ok(parts)
+    }
+}
+
+impl Table {
+    /// Stops merges and waits for the running ones to end (before DROP TABLE).
+    pub fn stop_merges_and_wait(&self) {
+        let mut state = self.lock_state();
+        state.merges_stopped = true;
+        while !state.merging.is_empty() {
+            state = self
+                .merge_done
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}

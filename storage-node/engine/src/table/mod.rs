@@ -1,0 +1,272 @@
+//! One MergeTree table: its definition, its active parts, and the operations on them.
+//!
+//! The set of active parts changes only under the state lock, by whole parts: an insert adds
+//! one, a merge replaces a contiguous range by the part covering it. Readers take a snapshot
+//! (`Arc`s of the parts), so a part that a merge outdated stays on disk until the last reader
+//! lets go of it.
+
+pub mod insert;
+mod merge;
+mod read;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use arrow::datatypes::SchemaRef;
+use tracing::{info, warn};
+
+pub use insert::InsertOptions;
+pub use merge::OptimizeRequest;
+pub use read::{KeyBound, KeyRange, ReadOptions};
+
+use crate::commit::{BlockCommitter, LocalCommitter};
+use crate::error::{EngineError, Result};
+use crate::merge::select::{MergeSelector, SizeTieredSelector};
+use crate::part::{name::PartName, DataPart, DETACHED_DIR, TMP_PREFIX};
+use crate::schema::{StoredTableDef, TableDef};
+
+pub const TABLE_DEF_FILE: &str = "table.json";
+
+#[derive(Default)]
+struct TableState {
+    /// Active parts, in insertion order (partition id, then block range).
+    active: Vec<Arc<DataPart>>,
+    /// Parts replaced by a merge, waiting for their readers to finish.
+    outdated: Vec<Arc<DataPart>>,
+    /// Parts taking part in a running merge.
+    merging: HashSet<PartName>,
+    merges_stopped: bool,
+}
+
+/// A row of `system.parts`.
+#[derive(Debug, Clone)]
+pub struct PartInfo {
+    pub partition: String,
+    pub partition_id: String,
+    pub name: String,
+    pub active: bool,
+    pub rows: u64,
+    pub level: u32,
+    pub min_block: u64,
+    pub max_block: u64,
+    pub bytes_on_disk: u64,
+    pub modification_time: i64,
+}
+
+pub struct Table {
+    def: TableDef,
+    dir: PathBuf,
+    schema: SchemaRef,
+    key_columns: Vec<usize>,
+    committer: Box<dyn BlockCommitter>,
+    /// Serializes block allocation and part activation, so block order is commit order.
+    commit_lock: Mutex<()>,
+    state: Mutex<TableState>,
+    /// Signalled whenever a merge ends, for OPTIMIZE waiting on running merges.
+    merge_done: Condvar,
+    selector: Box<dyn MergeSelector>,
+}
+
+impl Table {
+    /// Creates a new table directory.
+    pub fn create(dir: &Path, def: TableDef) -> Result<Table> {
+        def.validate()?;
+        if let Some(partition) = &def.partition_by {
+            partition.validate(&def.columns)?;
+        }
+        std::fs::create_dir_all(dir).map_err(EngineError::io(dir))?;
+        let stored = StoredTableDef::from(&def);
+        let path = dir.join(TABLE_DEF_FILE);
+        let json = serde_json::to_vec_pretty(&stored).map_err(|source| EngineError::Metadata {
+            path: path.clone(),
+            source,
+        })?;
+        let tmp = dir.join(format!("{TABLE_DEF_FILE}.tmp"));
+        crate::part::write_synced(&tmp, &json)?;
+        std::fs::rename(&tmp, &path).map_err(EngineError::io(&path))?;
+        crate::part::sync_dir(dir)?;
+        Table::open(dir)
+    }
+
+    /// Loads a table: its definition, its parts (verified; corrupt ones detached), and the
+    /// parts that are active (those no other part covers).
+    pub fn open(dir: &Path) -> Result<Table> {
+        let path = dir.join(TABLE_DEF_FILE);
+        let bytes = std::fs::read(&path).map_err(EngineError::io(&path))?;
+        let stored: StoredTableDef =
+            serde_json::from_slice(&bytes).map_err(|source| EngineError::Metadata {
+                path: path.clone(),
+                source,
+            })?;
+        let def = stored.into_def()?;
+        let schema = def.arrow_schema();
+        let key_columns = def
+            .sorting_key()
+            .iter()
+            .map(|k| {
+                def.column_index(k).ok_or_else(|| {
+                    EngineError::BadTableDefinition(format!("sorting key column {k} is missing"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+
+        let mut parts = Vec::new();
+        let entries = std::fs::read_dir(dir).map_err(EngineError::io(dir))?;
+        for entry in entries {
+            let entry = entry.map_err(EngineError::io(dir))?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            let path = entry.path();
+            if name.starts_with(TMP_PREFIX) {
+                // An insert or merge that did not finish: it never became visible.
+                std::fs::remove_dir_all(&path).map_err(EngineError::io(&path))?;
+                continue;
+            }
+            if PartName::parse(&name).is_none() || !path.is_dir() {
+                continue;
+            }
+            match DataPart::open(&path) {
+                Ok(part) => parts.push(part),
+                Err(e) => detach_broken(dir, &name, &e)?,
+            }
+        }
+        parts.sort_by(|a, b| a.name.insertion_order(&b.name));
+        let max_block = parts.iter().map(|p| p.name.max_block).max().unwrap_or(0);
+        let dedup_ids = parts
+            .iter()
+            .filter_map(|p| p.meta.dedup_id.clone())
+            .collect();
+        let (active, covered): (Vec<_>, Vec<_>) = {
+            let names: Vec<PartName> = parts.iter().map(|p| p.name.clone()).collect();
+            parts
+                .into_iter()
+                .partition(|p| !names.iter().any(|n| n.covers(&p.name)))
+        };
+        for part in covered {
+            // A merge finished but crashed before removing its sources.
+            std::fs::remove_dir_all(&part.dir).map_err(EngineError::io(&part.dir))?;
+        }
+        let committer = Box::new(LocalCommitter::open(
+            dir,
+            def.settings.non_replicated_deduplication_window,
+            max_block,
+            dedup_ids,
+        )?);
+        let selector = Box::new(SizeTieredSelector {
+            max_parts: def.settings.max_parts_to_merge_at_once.max(2) as usize,
+            max_bytes: def.settings.max_bytes_to_merge_at_max_space_in_pool,
+            ..Default::default()
+        });
+        Ok(Table {
+            dir: dir.to_path_buf(),
+            schema,
+            key_columns,
+            committer,
+            commit_lock: Mutex::new(()),
+            state: Mutex::new(TableState {
+                active: active.into_iter().map(Arc::new).collect(),
+                ..Default::default()
+            }),
+            merge_done: Condvar::new(),
+            selector,
+            def,
+        })
+    }
+
+    pub fn def(&self) -> &TableDef {
+        &self.def
+    }
+
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, TableState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The active parts now, held for a read.
+    pub fn snapshot(&self) -> Vec<Arc<DataPart>> {
+        self.lock_state().active.clone()
+    }
+
+    pub fn stop_merges(&self) {
+        self.lock_state().merges_stopped = true;
+    }
+
+    pub fn start_merges(&self) {
+        self.lock_state().merges_stopped = false;
+    }
+
+    pub fn merges_stopped(&self) -> bool {
+        self.lock_state().merges_stopped
+    }
+
+    pub fn parts_info(&self) -> Vec<PartInfo> {
+        let state = self.lock_state();
+        let info = |part: &Arc<DataPart>, active: bool| PartInfo {
+            partition: part.meta.partition.value.clone(),
+            partition_id: part.name.partition_id.clone(),
+            name: part.name.to_string(),
+            active,
+            rows: part.rows(),
+            level: part.name.level,
+            min_block: part.name.min_block,
+            max_block: part.name.max_block,
+            bytes_on_disk: part.bytes_on_disk,
+            modification_time: part.meta.modification_time,
+        };
+        state
+            .active
+            .iter()
+            .map(|p| info(p, true))
+            .chain(state.outdated.iter().map(|p| info(p, false)))
+            .collect()
+    }
+
+    /// Deletes outdated parts that no reader holds any more.
+    pub fn remove_unused_outdated(&self) {
+        let unused: Vec<Arc<DataPart>> = {
+            let mut state = self.lock_state();
+            let (unused, kept) = std::mem::take(&mut state.outdated)
+                .into_iter()
+                .partition(|p| Arc::strong_count(p) == 1);
+            state.outdated = kept;
+            unused
+        };
+        for part in unused {
+            if let Err(e) = std::fs::remove_dir_all(&part.dir) {
+                warn!(part = %part.name, error = %e, "cannot remove an outdated part");
+            }
+        }
+    }
+
+    /// Removes the table's files; the table must no longer be used.
+    pub fn drop_data(&self) -> Result<()> {
+        std::fs::remove_dir_all(&self.dir).map_err(EngineError::io(&self.dir))
+    }
+}
+
+fn detach_broken(table_dir: &Path, name: &str, error: &EngineError) -> Result<()> {
+    let detached = table_dir.join(DETACHED_DIR);
+    std::fs::create_dir_all(&detached).map_err(EngineError::io(&detached))?;
+    let target = detached.join(format!("broken_{name}"));
+    warn!(
+        table_dir = %table_dir.display(),
+        part = name,
+        error = %error,
+        "part is broken: moved to {}",
+        target.display()
+    );
+    std::fs::rename(table_dir.join(name), &target).map_err(EngineError::io(&target))?;
+    info!(part = name, "detached broken part");
+    Ok(())
+}

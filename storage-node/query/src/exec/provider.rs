@@ -1,0 +1,305 @@
+//! DataFusion table providers over engine tables: plain reads (with primary-key pruning),
+//! FINAL reads, and reads with the `_part` virtual column.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::ExecutionPlan;
+use mergestream_engine::table::{KeyBound, KeyRange};
+use mergestream_engine::{ReadOptions, Table};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScanMode {
+    Plain,
+    WithPartColumn,
+    Final { within_partitions: bool },
+}
+
+pub struct EngineTableProvider {
+    table: Arc<Table>,
+    mode: ScanMode,
+    schema: SchemaRef,
+}
+
+impl std::fmt::Debug for EngineTableProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineTableProvider")
+            .field("table", &self.table.name())
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl EngineTableProvider {
+    pub fn new(table: Arc<Table>, mode: ScanMode) -> EngineTableProvider {
+        let all = ReadOptions {
+            columns: (0..table.schema().fields().len()).collect(),
+            with_part_column: mode == ScanMode::WithPartColumn,
+            ..Default::default()
+        };
+        let schema = table.read_schema(&all);
+        EngineTableProvider {
+            table,
+            mode,
+            schema,
+        }
+    }
+
+    fn first_key_column(&self) -> Option<String> {
+        self.table.def().sorting_key().into_iter().next()
+    }
+
+    /// A bound for the first key column from `column op literal`, if it converts losslessly.
+    fn bound(&self, literal: &ScalarValue) -> Option<arrow::array::ArrayRef> {
+        let key = self.first_key_column()?;
+        let target = self.schema.field_with_name(&key).ok()?.data_type().clone();
+        let array = literal.to_array().ok()?;
+        let converted = cast(&array, &target).ok()?;
+        let back = cast(&converted, array.data_type()).ok()?;
+        let same = ScalarValue::try_from_array(&back, 0).ok()? == *literal;
+        (same && !converted.is_null(0)).then_some(converted)
+    }
+
+    fn key_range(&self, filters: &[Expr]) -> Option<KeyRange> {
+        let key = self.first_key_column()?;
+        let mut range = KeyRange::default();
+        let mut any = false;
+        let is_key = |e: &Expr| matches!(e, Expr::Column(c) if c.name == key);
+        for filter in filters {
+            match filter {
+                Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+                    let (op, literal) = match (left.as_ref(), right.as_ref()) {
+                        (l, Expr::Literal(v, _)) if is_key(l) => (*op, v),
+                        (Expr::Literal(v, _), r) if is_key(r) => match op.swap() {
+                            Some(op) => (op, v),
+                            None => continue,
+                        },
+                        _ => continue,
+                    };
+                    let Some(value) = self.bound(literal) else {
+                        continue;
+                    };
+                    let bound = |inclusive| {
+                        Some(KeyBound {
+                            value: value.clone(),
+                            inclusive,
+                        })
+                    };
+                    match op {
+                        Operator::Eq => {
+                            range.lower = bound(true);
+                            range.upper = bound(true);
+                        }
+                        Operator::Gt => range.lower = bound(false),
+                        Operator::GtEq => range.lower = bound(true),
+                        Operator::Lt => range.upper = bound(false),
+                        Operator::LtEq => range.upper = bound(true),
+                        _ => continue,
+                    }
+                    any = true;
+                }
+                Expr::Between(Between {
+                    expr,
+                    negated: false,
+                    low,
+                    high,
+                }) if is_key(expr) => {
+                    if let (Expr::Literal(lo, _), Expr::Literal(hi, _)) =
+                        (low.as_ref(), high.as_ref())
+                    {
+                        if let (Some(lo), Some(hi)) = (self.bound(lo), self.bound(hi)) {
+                            range.lower = Some(KeyBound {
+                                value: lo,
+                                inclusive: true,
+                            });
+                            range.upper = Some(KeyBound {
+                                value: hi,
+                                inclusive: true,
+                            });
+                            any = true;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        any.then_some(range)
+    }
+}
+
+#[async_trait]
+impl TableProvider for EngineTableProvider {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Predicates apply after the collapse of FINAL; on plain reads the key range prunes
+        // granules and the filter still runs on the rows read.
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if !matches!(self.mode, ScanMode::Final { .. })
+                    && self.key_range(&[(*f).clone()]).is_some()
+                {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let table_columns = self.table.schema().fields().len();
+        let wanted: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.schema.fields().len()).collect(),
+        };
+        let mut columns: Vec<usize> = wanted
+            .iter()
+            .copied()
+            .filter(|&c| c < table_columns)
+            .collect();
+        columns.sort_unstable();
+        columns.dedup();
+        if columns.is_empty() {
+            // Row counts still need one column to read.
+            columns.push(
+                self.table
+                    .def()
+                    .sorting_key()
+                    .first()
+                    .and_then(|k| self.table.def().column_index(k))
+                    .unwrap_or(0),
+            );
+        }
+        let with_part_column =
+            self.mode == ScanMode::WithPartColumn && wanted.contains(&table_columns);
+        let options = ReadOptions {
+            key_range: match self.mode {
+                ScanMode::Final { .. } => None,
+                _ => self.key_range(filters),
+            },
+            with_part_column,
+            final_within_partitions: matches!(
+                self.mode,
+                ScanMode::Final {
+                    within_partitions: true
+                }
+            ),
+            columns: columns.clone(),
+        };
+        let read_schema = self.table.read_schema(&options);
+        // Positions of the wanted provider columns in the read's schema.
+        let positions: Vec<usize> = wanted
+            .iter()
+            .map(|&c| {
+                if c == table_columns {
+                    columns.len()
+                } else {
+                    columns.iter().position(|&x| x == c).unwrap_or_default()
+                }
+            })
+            .collect();
+        let partition = Arc::new(EnginePartition {
+            table: self.table.clone(),
+            options,
+            schema: read_schema.clone(),
+            final_read: matches!(self.mode, ScanMode::Final { .. }),
+        });
+        let exec = StreamingTableExec::try_new(
+            read_schema,
+            vec![partition],
+            Some(&positions),
+            vec![],
+            false,
+            limit,
+        )?;
+        Ok(Arc::new(exec))
+    }
+}
+
+/// One partition of a scan: the engine's read, run on a blocking thread.
+struct EnginePartition {
+    table: Arc<Table>,
+    options: ReadOptions,
+    schema: SchemaRef,
+    final_read: bool,
+}
+
+impl std::fmt::Debug for EnginePartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnginePartition")
+            .field("table", &self.table.name())
+            .field("final", &self.final_read)
+            .finish()
+    }
+}
+
+fn external(e: mergestream_engine::EngineError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+impl PartitionStream for EnginePartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (sender, receiver) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
+        let table = self.table.clone();
+        let options = self.options.clone();
+        let final_read = self.final_read;
+        // Decoding and merging are CPU work: they run off the async runtime.
+        tokio::task::spawn_blocking(move || {
+            let streams = if final_read {
+                table.read_final(&options).map(|s| vec![s])
+            } else {
+                table.scan(&options)
+            };
+            let streams = match streams {
+                Ok(streams) => streams,
+                Err(e) => {
+                    let _ = sender.blocking_send(Err(external(e)));
+                    return;
+                }
+            };
+            for stream in streams {
+                for batch in stream {
+                    if sender.blocking_send(batch.map_err(external)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        let stream = futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|item| (item, receiver))
+        });
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}

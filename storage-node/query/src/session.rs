@@ -1,0 +1,427 @@
+//! Runs statements against the engine: DDL, inserts, OPTIMIZE and SYSTEM here, SELECT through
+//! DataFusion.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::compute::{cast, concat_batches};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use mergestream_engine::table::insert::InsertSummary;
+use mergestream_engine::{Catalog, InsertOptions, OptimizeRequest, Table};
+
+use crate::error::{QueryError, Result};
+use crate::exec::catalog::{EngineCatalog, NumbersFunction, PlanSettings};
+use crate::format::{write_result, OutputFormat};
+use crate::input::{self, build_block, insert_columns};
+use crate::sql::lexer::{line_col, tokenize, Token};
+use crate::sql::rewrite::rewrite_select;
+use crate::sql::statement::{parse_statement, Insert, InsertSource, PartitionSpec, Statement};
+
+const CATALOG_NAME: &str = "mergestream";
+/// ClickHouse's `max_insert_block_size`: an INSERT … SELECT makes a part per this many rows.
+const MAX_INSERT_BLOCK_ROWS: usize = 1_048_449;
+
+/// Session settings (`SET`, or `SETTINGS` on a query) that change what statements do.
+const KNOWN_SETTINGS: &[&str] = &[
+    "do_not_merge_across_partitions_select_final",
+    "insert_deduplication_token",
+    "insert_deduplicate",
+    "max_insert_block_size",
+    "max_threads",
+    "optimize_on_insert",
+    "async_insert",
+    "wait_for_async_insert",
+    "mutations_sync",
+    "final",
+];
+
+/// A failed statement of a script.
+#[derive(Debug, thiserror::Error)]
+#[error("statement {index} at {line}:{column} ({preview}): {error}")]
+pub struct StatementError {
+    pub index: usize,
+    pub line: usize,
+    pub column: usize,
+    pub preview: String,
+    pub error: QueryError,
+}
+
+pub struct Session {
+    catalog: Arc<Catalog>,
+    ctx: SessionContext,
+    plan_settings: Arc<Mutex<PlanSettings>>,
+    settings: BTreeMap<String, String>,
+    format: OutputFormat,
+}
+
+impl Session {
+    pub fn new(catalog: Arc<Catalog>, format: OutputFormat) -> Session {
+        let mut config = SessionConfig::new()
+            .with_default_catalog_and_schema(CATALOG_NAME, mergestream_engine::catalog::DATABASE)
+            .with_create_default_catalog_and_schema(false)
+            .with_information_schema(false)
+            .with_target_partitions(2);
+        // ClickHouse names are case-sensitive.
+        config.options_mut().sql_parser.enable_ident_normalization = false;
+        let ctx = SessionContext::new_with_config(config);
+        let plan_settings = Arc::new(Mutex::new(PlanSettings::default()));
+        ctx.register_catalog(
+            CATALOG_NAME,
+            Arc::new(EngineCatalog {
+                catalog: catalog.clone(),
+                settings: plan_settings.clone(),
+            }),
+        );
+        ctx.register_udtf("numbers", Arc::new(NumbersFunction));
+        Session {
+            catalog,
+            ctx,
+            plan_settings,
+            settings: BTreeMap::new(),
+            format,
+        }
+    }
+
+    /// Runs the statements of `script` in order, handing each one's output to `output`; stops
+    /// at the first failure.
+    pub async fn run_script(
+        &mut self,
+        script: &str,
+        mut output: impl FnMut(usize, &str, std::time::Duration),
+    ) -> Result<(), StatementError> {
+        let spans =
+            crate::sql::lexer::split_statements(script).map_err(|error| StatementError {
+                index: 1,
+                line: 1,
+                column: 1,
+                preview: preview(script),
+                error,
+            })?;
+        for (i, (start, end)) in spans.into_iter().enumerate() {
+            let began = std::time::Instant::now();
+            match self.execute(script, start, end).await {
+                Ok(text) => output(i + 1, &text, began.elapsed()),
+                Err(error) => {
+                    let (line, column) = line_col(script, start);
+                    return Err(StatementError {
+                        index: i + 1,
+                        line,
+                        column,
+                        preview: preview(&script[start..end]),
+                        error,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one statement, `script[start..end]`; returns what it prints.
+    pub async fn execute(&mut self, script: &str, start: usize, end: usize) -> Result<String> {
+        let mut tokens: Vec<Token> = tokenize(&script[start..end])?;
+        for t in &mut tokens {
+            t.start += start;
+            t.end += start;
+        }
+        // The data of INSERT … FORMAT is not SQL: keep only the tokens up to the format name.
+        if let Some(i) = tokens.iter().position(|t| t.is_word("FORMAT")) {
+            if tokens.first().is_some_and(|t| t.is_word("INSERT")) && i + 1 < tokens.len() {
+                tokens.truncate(i + 2);
+            }
+        }
+        let statement = parse_statement(script, &tokens, end)?;
+        let mut out = String::new();
+        match statement {
+            Statement::CreateTable { def, if_not_exists } => {
+                self.catalog.create_table(def, if_not_exists)?;
+            }
+            Statement::DropTable { name, if_exists } => {
+                self.catalog.drop_table(&name, if_exists)?
+            }
+            Statement::ShowTables => {
+                let names: Vec<String> = self
+                    .catalog
+                    .tables()
+                    .iter()
+                    .map(|t| t.name().to_string())
+                    .collect();
+                let schema = Arc::new(Schema::new(vec![Field::new(
+                    "name",
+                    ArrowType::Utf8,
+                    false,
+                )]));
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(StringArray::from(names)) as ArrayRef],
+                )?;
+                write_result(self.format, &schema, &[batch], &mut out);
+            }
+            Statement::Describe { table } => {
+                let table = self.catalog.table(&table)?;
+                let columns = &table.def().columns;
+                let names = [
+                    "name",
+                    "type",
+                    "default_type",
+                    "default_expression",
+                    "comment",
+                    "codec_expression",
+                    "ttl_expression",
+                ];
+                let schema = Arc::new(Schema::new(
+                    names
+                        .iter()
+                        .map(|n| Field::new(*n, ArrowType::Utf8, false))
+                        .collect::<Vec<_>>(),
+                ));
+                let mut arrays: Vec<ArrayRef> = vec![
+                    Arc::new(StringArray::from(
+                        columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+                    )),
+                    Arc::new(StringArray::from(
+                        columns.iter().map(|c| c.ty.to_string()).collect::<Vec<_>>(),
+                    )),
+                ];
+                for _ in 2..names.len() {
+                    arrays.push(Arc::new(StringArray::from(vec![""; columns.len()])));
+                }
+                let batch = RecordBatch::try_new(schema.clone(), arrays)?;
+                write_result(self.format, &schema, &[batch], &mut out);
+            }
+            Statement::Insert(insert) => self.insert(script, insert).await?,
+            Statement::Select { start, end } => self.select(script, start, end, &mut out).await?,
+            Statement::Optimize {
+                table,
+                partition,
+                final_merge,
+                cleanup,
+            } => {
+                let table = self.catalog.table(&table)?;
+                let request = OptimizeRequest {
+                    partition_id: partition.map(|p| partition_id(&p)),
+                    final_merge,
+                    cleanup,
+                };
+                let handle = table.clone();
+                blocking(move || handle.optimize(&request)).await?;
+                self.catalog.schedule_merges(&table);
+            }
+            Statement::SystemMerges { table, stop } => {
+                let tables = match table {
+                    Some(name) => vec![self.catalog.table(&name)?],
+                    None => self.catalog.tables(),
+                };
+                for table in tables {
+                    if stop {
+                        table.stop_merges();
+                    } else {
+                        table.start_merges();
+                        self.catalog.schedule_merges(&table);
+                    }
+                }
+            }
+            Statement::Set { settings } => {
+                for (name, value) in settings {
+                    check_setting(&name)?;
+                    self.settings.insert(name, value);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn column_names(&self, table: &str) -> Option<Vec<String>> {
+        let table = self.catalog.table(table).ok()?;
+        Some(table.def().columns.iter().map(|c| c.name.clone()).collect())
+    }
+
+    fn setting(&self, overrides: &[(String, String)], name: &str) -> Option<String> {
+        overrides
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| self.settings.get(name).cloned())
+    }
+
+    async fn select(
+        &mut self,
+        script: &str,
+        start: usize,
+        end: usize,
+        out: &mut String,
+    ) -> Result<()> {
+        let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
+        for (name, _) in &rewritten.settings {
+            check_setting(name)?;
+        }
+        let within = self
+            .setting(
+                &rewritten.settings,
+                "do_not_merge_across_partitions_select_final",
+            )
+            .is_some_and(|v| v == "1" || v == "true");
+        if let Ok(mut settings) = self.plan_settings.lock() {
+            settings.final_within_partitions = within;
+        }
+        let batches = self.query(&rewritten.sql).await?;
+        let format = match &rewritten.format {
+            Some(name) => OutputFormat::parse(name)?,
+            None => self.format,
+        };
+        let schema = batches.0;
+        write_result(format, &schema, &batches.1, out);
+        Ok(())
+    }
+
+    async fn query(&self, sql: &str) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+        let frame = self.ctx.sql(sql).await?;
+        let schema = Arc::new(frame.schema().as_arrow().clone());
+        let batches = frame.collect().await?;
+        Ok((schema, batches))
+    }
+
+    async fn insert(&mut self, script: &str, insert: Insert) -> Result<()> {
+        let table = self.catalog.table(&insert.table)?;
+        for (name, _) in &insert.settings {
+            check_setting(name)?;
+        }
+        let deduplicate = self
+            .setting(&insert.settings, "insert_deduplicate")
+            .is_none_or(|v| v != "0");
+        let options = InsertOptions {
+            deduplication_token: self
+                .setting(&insert.settings, "insert_deduplication_token")
+                .filter(|_| deduplicate),
+        };
+        let columns = insert_columns(&table, insert.columns.as_deref())?;
+        let blocks = match insert.source {
+            InsertSource::Values { start, end } => {
+                vec![build_block(
+                    &table,
+                    input::parse_values(script, start, end, columns)?,
+                )?]
+            }
+            InsertSource::Format { format, start, end } => {
+                if format != "JSONEachRow" {
+                    return Err(QueryError::Unsupported(format!(
+                        "input format {format}: only JSONEachRow is supported"
+                    )));
+                }
+                let names: Vec<String> = columns
+                    .iter()
+                    .map(|&c| table.def().columns[c].name.clone())
+                    .collect();
+                vec![build_block(
+                    &table,
+                    input::parse_json_each_row(script, start, end, &names, columns)?,
+                )?]
+            }
+            InsertSource::Select { start, end } => {
+                let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
+                let (_, batches) = self.query(&rewritten.sql).await?;
+                select_blocks(&table, &columns, batches)?
+            }
+        };
+        for block in blocks {
+            let handle = table.clone();
+            let options = options.clone();
+            let _summary: InsertSummary = blocking(move || handle.insert(block, &options)).await?;
+        }
+        self.catalog.schedule_merges(&table);
+        Ok(())
+    }
+}
+
+fn check_setting(name: &str) -> Result<()> {
+    if KNOWN_SETTINGS.contains(&name) {
+        Ok(())
+    } else {
+        Err(QueryError::Invalid(format!("Unknown setting '{name}'")))
+    }
+}
+
+/// The result of INSERT … SELECT as table blocks: columns matched by position and cast.
+fn select_blocks(
+    table: &Table,
+    columns: &[usize],
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<RecordBatch>> {
+    let schema = table.schema();
+    let mut converted = Vec::with_capacity(batches.len());
+    for batch in batches {
+        if batch.num_columns() != columns.len() {
+            return Err(QueryError::Invalid(format!(
+                "Number of columns doesn't match: the SELECT returns {}, the INSERT expects {}",
+                batch.num_columns(),
+                columns.len()
+            )));
+        }
+        let mut arrays = Vec::with_capacity(schema.fields().len());
+        for (i, field) in schema.fields().iter().enumerate() {
+            let array = match columns.iter().position(|&c| c == i) {
+                Some(at) => cast(batch.column(at), field.data_type())?,
+                None => {
+                    let default = build_block(
+                        table,
+                        input::RowsInput {
+                            columns: vec![],
+                            rows: vec![vec![]; batch.num_rows()],
+                        },
+                    )?;
+                    default.column(i).clone()
+                }
+            };
+            arrays.push(array);
+        }
+        converted.push(RecordBatch::try_new(schema.clone(), arrays)?);
+    }
+    if converted.is_empty() {
+        return Ok(vec![]);
+    }
+    let all = concat_batches(&schema, &converted)?;
+    let mut blocks = Vec::new();
+    let mut offset = 0;
+    while offset < all.num_rows() {
+        let len = MAX_INSERT_BLOCK_ROWS.min(all.num_rows() - offset);
+        blocks.push(all.slice(offset, len));
+        offset += len;
+    }
+    Ok(blocks)
+}
+
+/// The partition id a PARTITION clause names.
+fn partition_id(spec: &PartitionSpec) -> String {
+    match spec {
+        PartitionSpec::Id(id) => id.clone(),
+        PartitionSpec::Value(values) if values.is_empty() => "all".to_string(),
+        PartitionSpec::Value(values) => values
+            .iter()
+            .map(|v| match input::value::parse_date(v) {
+                Some(_) if v.len() == 10 => v.replace('-', ""),
+                _ => v.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join("-"),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> mergestream_engine::Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| QueryError::Invalid(format!("the statement's worker failed: {e}")))?
+        .map_err(QueryError::from)
+}
+
+fn preview(text: &str) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > 80 {
+        format!("{}…", flat.chars().take(80).collect::<String>())
+    } else {
+        flat
+    }
+}

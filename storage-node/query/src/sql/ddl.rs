@@ -1,0 +1,335 @@
+//! CREATE TABLE … ENGINE = … into a [`TableDef`].
+
+use mergestream_engine::key_expr::KeyExpr;
+use mergestream_engine::settings::TableSettings;
+use mergestream_engine::{ChType, ColumnDef, EngineError, EngineKind, TableDef};
+
+use super::cursor::Cursor;
+use super::lexer::TokenKind;
+use super::statement::parse_settings_list;
+use crate::error::{QueryError, Result};
+
+pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
+    let name = c.table_name()?;
+    c.expect_punct("(")?;
+    let mut columns = Vec::new();
+    loop {
+        columns.push(parse_column(c)?);
+        if c.eat_punct(")") {
+            break;
+        }
+        c.expect_punct(",")?;
+    }
+    let mut engine = None;
+    let mut partition_by = None;
+    let mut order_by = None;
+    let mut primary_key = None;
+    let mut settings = TableSettings::default();
+    while !c.is_done() {
+        if c.eat_word("ENGINE") {
+            c.eat_punct("=");
+            engine = Some(parse_engine(c)?);
+        } else if c.eat_words(&["PARTITION", "BY"]) {
+            partition_by = parse_partition_key(c)?;
+        } else if c.eat_words(&["ORDER", "BY"]) {
+            order_by = Some(parse_key_columns(c, "ORDER BY")?);
+        } else if c.eat_words(&["PRIMARY", "KEY"]) {
+            primary_key = Some(parse_key_columns(c, "PRIMARY KEY")?);
+        } else if c.eat_word("SETTINGS") {
+            let at = c.offset();
+            for (key, value) in parse_settings_list(c)? {
+                settings.set(&key, &value).map_err(|e| match e {
+                    EngineError::UnknownSetting(s) => QueryError::syntax(
+                        c.source,
+                        at,
+                        format!("Unknown setting '{s}': for storage MergeTree"),
+                    ),
+                    other => QueryError::Engine(other),
+                })?;
+            }
+        } else if c.eat_word("COMMENT") {
+            c.literal("a comment")?;
+        } else {
+            return Err(c.error("expected ENGINE, PARTITION BY, ORDER BY, PRIMARY KEY or SETTINGS"));
+        }
+    }
+    let engine = engine.ok_or_else(|| c.error("expected ENGINE = <engine>"))?;
+    let order_by = order_by.ok_or_else(|| {
+        QueryError::Invalid(
+            "Table engine MergeTree requires ORDER BY or PRIMARY KEY clause (with the engine's sorting key)".into(),
+        )
+    })?;
+    let def = TableDef {
+        name,
+        columns,
+        engine,
+        partition_by,
+        primary_key: primary_key.unwrap_or_default(),
+        order_by,
+        settings,
+    };
+    def.validate()?;
+    Ok(def)
+}
+
+fn parse_column(c: &mut Cursor<'_>) -> Result<ColumnDef> {
+    let name = c.ident("a column name")?;
+    let start = c.offset();
+    // The type runs to the next top-level ',' or ')' or column clause keyword.
+    let mut depth = 0usize;
+    let mut end = start;
+    while let Some(t) = c.peek() {
+        if depth == 0
+            && (t.is_punct(",")
+                || t.is_punct(")")
+                || [
+                    "DEFAULT",
+                    "MATERIALIZED",
+                    "ALIAS",
+                    "CODEC",
+                    "COMMENT",
+                    "TTL",
+                    "NOT",
+                    "NULL",
+                    "EPHEMERAL",
+                ]
+                .iter()
+                .any(|w| t.is_word(w)))
+        {
+            break;
+        }
+        if t.is_punct("(") {
+            depth += 1;
+        } else if t.is_punct(")") {
+            depth -= 1;
+        }
+        end = t.end;
+        c.advance();
+    }
+    if end == start {
+        return Err(c.error(format!("expected the type of column {name}")));
+    }
+    let mut ty = ChType::parse(&c.source[start..end])
+        .map_err(|e| QueryError::syntax(c.source, start, e.to_string()))?;
+    loop {
+        if c.eat_word("NULL") {
+            if !ty.is_nullable() {
+                ty = ChType::Nullable(Box::new(ty));
+            }
+        } else if c.eat_words(&["NOT", "NULL"]) {
+        } else if c.eat_word("CODEC") {
+            c.expect_punct("(")?;
+            c.skip_balanced("(", ")")?;
+        } else if c.eat_word("COMMENT") {
+            c.literal("a comment")?;
+        } else if c.peek_word("DEFAULT") || c.peek_word("MATERIALIZED") || c.peek_word("ALIAS") {
+            return Err(c.error(
+                "column DEFAULT, MATERIALIZED and ALIAS expressions are not supported yet",
+            ));
+        } else {
+            break;
+        }
+    }
+    Ok(ColumnDef { name, ty })
+}
+
+fn arg_count_error(c: &Cursor<'_>, engine: &str, expected: &str, got: usize) -> QueryError {
+    QueryError::syntax(
+        c.source,
+        c.offset(),
+        format!("Storage {engine} requires {expected} parameters, {got} given"),
+    )
+}
+
+fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
+    let at = c.offset();
+    let name = c.ident("an engine name")?;
+    let mut args: Vec<Vec<String>> = Vec::new();
+    if c.eat_punct("(") && !c.eat_punct(")") {
+        {
+            loop {
+                if c.eat_punct("(") {
+                    let mut tuple = Vec::new();
+                    loop {
+                        tuple.push(c.ident("a column name")?);
+                        if c.eat_punct(")") {
+                            break;
+                        }
+                        c.expect_punct(",")?;
+                    }
+                    args.push(tuple);
+                } else if c
+                    .peek()
+                    .is_some_and(|t| t.kind == TokenKind::Str || t.kind == TokenKind::Number)
+                {
+                    return Err(c.error("literal engine arguments are not supported (replicated engines come with replication)"));
+                } else {
+                    args.push(vec![c.ident("a column name")?]);
+                }
+                if c.eat_punct(")") {
+                    break;
+                }
+                c.expect_punct(",")?;
+            }
+        }
+    }
+    let single = |args: &[Vec<String>], i: usize| -> Option<String> {
+        args.get(i)
+            .and_then(|a| (a.len() == 1).then(|| a[0].clone()))
+    };
+    let n = args.len();
+    let engine = match name.as_str() {
+        "MergeTree" if n == 0 => EngineKind::MergeTree,
+        "MergeTree" => return Err(arg_count_error(c, &name, "no", n)),
+        "ReplacingMergeTree" if n <= 2 => EngineKind::ReplacingMergeTree {
+            version: single(&args, 0),
+            is_deleted: single(&args, 1),
+        },
+        "ReplacingMergeTree" => return Err(arg_count_error(c, &name, "0 to 2", n)),
+        "SummingMergeTree" if n <= 1 => EngineKind::SummingMergeTree {
+            columns: args.into_iter().next(),
+        },
+        "SummingMergeTree" => return Err(arg_count_error(c, &name, "0 or 1", n)),
+        "AggregatingMergeTree" if n == 0 => EngineKind::AggregatingMergeTree,
+        "AggregatingMergeTree" => return Err(arg_count_error(c, &name, "no", n)),
+        "CoalescingMergeTree" if n == 0 => EngineKind::CoalescingMergeTree,
+        "CoalescingMergeTree" => return Err(arg_count_error(c, &name, "no", n)),
+        "CollapsingMergeTree" if n == 1 => EngineKind::CollapsingMergeTree {
+            sign: single(&args, 0)
+                .ok_or_else(|| c.error("the sign column must be an identifier"))?,
+        },
+        "CollapsingMergeTree" => return Err(arg_count_error(c, &name, "1", n)),
+        "VersionedCollapsingMergeTree" if n == 2 => EngineKind::VersionedCollapsingMergeTree {
+            sign: single(&args, 0)
+                .ok_or_else(|| c.error("the sign column must be an identifier"))?,
+            version: single(&args, 1)
+                .ok_or_else(|| c.error("the version column must be an identifier"))?,
+        },
+        "VersionedCollapsingMergeTree" => return Err(arg_count_error(c, &name, "2", n)),
+        other if other.starts_with("Replicated") => {
+            return Err(QueryError::syntax(
+                c.source,
+                at,
+                format!("engine {other} is not supported yet: replication is not built"),
+            ))
+        }
+        other => {
+            return Err(QueryError::syntax(
+                c.source,
+                at,
+                format!("Unknown table engine {other}"),
+            ))
+        }
+    };
+    Ok(engine)
+}
+
+/// `ORDER BY k`, `ORDER BY (a, b)`, `ORDER BY tuple()`.
+fn parse_key_columns(c: &mut Cursor<'_>, clause: &str) -> Result<Vec<String>> {
+    let expression_error = |c: &Cursor<'_>| {
+        c.error(format!("{clause} supports column names only; expressions in the sorting key are not supported yet"))
+    };
+    let list = |c: &mut Cursor<'_>| -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        if c.eat_punct(")") {
+            return Ok(names);
+        }
+        loop {
+            names.push(c.ident("a column name")?);
+            if c.peek_punct("(") {
+                return Err(expression_error(c));
+            }
+            if c.eat_punct(")") {
+                return Ok(names);
+            }
+            c.expect_punct(",")?;
+        }
+    };
+    if c.eat_word("tuple") {
+        c.expect_punct("(")?;
+        return list(c);
+    }
+    if c.eat_punct("(") {
+        return list(c);
+    }
+    let name = c.ident("a column name")?;
+    if c.peek_punct("(")
+        || c.peek()
+            .is_some_and(|t| t.kind == TokenKind::Punct && !t.is_punct(","))
+    {
+        return Err(expression_error(c));
+    }
+    Ok(vec![name])
+}
+
+/// A partition key: `None` for `tuple()`.
+fn parse_partition_key(c: &mut Cursor<'_>) -> Result<Option<KeyExpr>> {
+    if c.peek_word("tuple")
+        && c.peek_at(1).is_some_and(|t| t.is_punct("("))
+        && c.peek_at(2).is_some_and(|t| t.is_punct(")"))
+    {
+        c.advance();
+        c.advance();
+        c.advance();
+        return Ok(None);
+    }
+    let expr = parse_key_expr(c)?;
+    Ok(Some(expr))
+}
+
+fn parse_key_expr(c: &mut Cursor<'_>) -> Result<KeyExpr> {
+    let left = parse_key_primary(c)?;
+    for (op, function) in [("%", "modulo"), ("/", "intDiv")] {
+        if c.eat_punct(op) {
+            let right = parse_key_primary(c)?;
+            return Ok(KeyExpr::Call {
+                function: function.into(),
+                args: vec![left, right],
+            });
+        }
+    }
+    Ok(left)
+}
+
+fn parse_key_primary(c: &mut Cursor<'_>) -> Result<KeyExpr> {
+    if c.eat_punct("(") {
+        let mut items = vec![parse_key_expr(c)?];
+        while c.eat_punct(",") {
+            items.push(parse_key_expr(c)?);
+        }
+        c.expect_punct(")")?;
+        return Ok(if items.len() == 1 {
+            items.remove(0)
+        } else {
+            KeyExpr::Tuple(items)
+        });
+    }
+    if let Some(t) = c.peek() {
+        if t.kind == TokenKind::Number {
+            c.advance();
+            return t
+                .text
+                .parse()
+                .map(KeyExpr::Literal)
+                .map_err(|_| c.error("expected an integer"));
+        }
+    }
+    let name = c.ident("a partition key expression")?;
+    if c.eat_punct("(") {
+        let mut args = Vec::new();
+        if !c.eat_punct(")") {
+            loop {
+                args.push(parse_key_expr(c)?);
+                if c.eat_punct(")") {
+                    break;
+                }
+                c.expect_punct(",")?;
+            }
+        }
+        return Ok(KeyExpr::Call {
+            function: name,
+            args,
+        });
+    }
+    Ok(KeyExpr::Column(name))
+}

@@ -1,0 +1,546 @@
+//! ClickHouse SELECT text → SQL that DataFusion plans.
+//!
+//! Works on tokens: `t FINAL` becomes a reference to the table's FINAL provider, ClickHouse
+//! functions become DataFusion expressions (`toYYYYMM`, `argMax`, `-If` combinators, …), and
+//! unaliased select items are named as ClickHouse names them. A trailing `FORMAT` and
+//! `SETTINGS` are taken off and returned.
+
+use super::lexer::{tokenize, Token, TokenKind};
+use crate::error::{QueryError, Result};
+
+/// Table name prefixes the schema provider resolves to the FINAL and `_part` providers.
+pub const FINAL_PREFIX: &str = "__final__";
+pub const VIRTUAL_PREFIX: &str = "__virtual__";
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RewrittenSelect {
+    pub sql: String,
+    pub format: Option<String>,
+    pub settings: Vec<(String, String)>,
+}
+
+/// Words after which `(` opens a subquery or list rather than a function call.
+const KEYWORDS: &[&str] = &[
+    "IN", "FROM", "AS", "OVER", "EXISTS", "AND", "OR", "NOT", "WHERE", "ON", "SELECT", "JOIN",
+    "USING", "WITH", "BY", "HAVING", "WHEN", "THEN", "ELSE", "CASE", "VALUES", "LIMIT", "FILTER",
+    "WITHIN", "UNION", "ALL", "DISTINCT", "IS", "LIKE", "BETWEEN", "ANY", "ARRAY", "INTERVAL",
+];
+
+/// Words that end a table reference (so they are not an alias).
+const CLAUSE_WORDS: &[&str] = &[
+    "FINAL", "WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "JOIN", "INNER", "LEFT", "RIGHT",
+    "FULL", "CROSS", "ON", "USING", "UNION", "SETTINGS", "FORMAT", "PREWHERE", "SAMPLE", "ARRAY",
+    "GLOBAL", "ANY", "ALL", "AS", "WINDOW", "QUALIFY",
+];
+
+fn is_word_in(token: &Token, words: &[&str]) -> bool {
+    token.kind == TokenKind::Word && words.iter().any(|w| token.text.eq_ignore_ascii_case(w))
+}
+
+/// The columns of a table, to expand `*` where a virtual column must stay out of it.
+pub type ColumnLookup<'a> = &'a dyn Fn(&str) -> Option<Vec<String>>;
+
+pub fn rewrite_select(
+    source: &str,
+    start: usize,
+    end: usize,
+    columns: ColumnLookup<'_>,
+) -> Result<RewrittenSelect> {
+    let text = &source[start..end];
+    let mut tokens = tokenize(text)?;
+    let mut result = RewrittenSelect::default();
+    take_trailing_clauses(&mut tokens, text, &mut result)?;
+    let uses_part = tokens.iter().any(|t| t.ident() == Some("_part"));
+    let star_columns = if uses_part {
+        let from = tokens.iter().position(|t| t.is_word("FROM"));
+        from.and_then(|i| tokens.get(i + 1))
+            .and_then(|t| t.ident())
+            .and_then(columns)
+    } else {
+        None
+    };
+    let tokens = rewrite_table_refs(tokens, uses_part);
+    let mut out = String::new();
+    emit_select(&tokens, &mut out, true, star_columns.as_deref()).map_err(|e| match e {
+        QueryError::Syntax { message, .. } => QueryError::syntax(source, start, message),
+        other => other,
+    })?;
+    result.sql = out;
+    Ok(result)
+}
+
+/// Positions of the tokens outside any parentheses.
+fn top_level_positions(tokens: &[Token]) -> Vec<usize> {
+    let mut depth = 0i32;
+    let mut positions = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_punct("(") {
+            depth += 1;
+        } else if t.is_punct(")") {
+            depth -= 1;
+        } else if depth == 0 {
+            positions.push(i);
+        }
+    }
+    positions
+}
+
+/// Takes `SETTINGS k = v, …` and `FORMAT Name` off the end of the outermost query.
+fn take_trailing_clauses(
+    tokens: &mut Vec<Token>,
+    text: &str,
+    result: &mut RewrittenSelect,
+) -> Result<()> {
+    let format_at = top_level_positions(tokens)
+        .into_iter()
+        .rev()
+        .find(|&i| tokens[i].is_word("FORMAT"));
+    if let Some(i) = format_at {
+        if i + 2 == tokens.len() {
+            result.format = tokens[i + 1].ident().map(str::to_string);
+            tokens.truncate(i);
+        }
+    }
+    let settings_at = top_level_positions(tokens)
+        .into_iter()
+        .rev()
+        .find(|&i| tokens[i].is_word("SETTINGS"));
+    let Some(i) = settings_at else { return Ok(()) };
+    let rest = &tokens[i + 1..];
+    let mut j = 0;
+    while j < rest.len() {
+        let name = rest[j]
+            .ident()
+            .ok_or_else(|| QueryError::syntax(text, rest[j].start, "expected a setting name"))?;
+        if !rest.get(j + 1).is_some_and(|t| t.is_punct("=")) {
+            return Err(QueryError::syntax(
+                text,
+                rest[j].start,
+                "expected '=' after the setting name",
+            ));
+        }
+        let value = rest
+            .get(j + 2)
+            .ok_or_else(|| QueryError::syntax(text, rest[j].end, "expected a setting value"))?;
+        result.settings.push((name.to_string(), value.text.clone()));
+        j += 3;
+        if rest.get(j).is_some_and(|t| t.is_punct(",")) {
+            j += 1;
+        }
+    }
+    tokens.truncate(i);
+    Ok(())
+}
+
+/// `FROM t [AS a] FINAL` → `FROM "__final__t" AS a`; with `_part` used, `FROM t` →
+/// `FROM "__virtual__t" AS t`.
+fn rewrite_table_refs(tokens: Vec<Token>, uses_part: bool) -> Vec<Token> {
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = &tokens[i];
+        out.push(t.clone());
+        i += 1;
+        if !(t.is_word("FROM") || t.is_word("JOIN")) {
+            continue;
+        }
+        let Some(name) = tokens.get(i).and_then(|n| n.ident().map(str::to_string)) else {
+            continue;
+        };
+        // A table function (`numbers(10)`) or a qualified name (`system.parts`) is left alone.
+        if tokens
+            .get(i + 1)
+            .is_some_and(|n| n.is_punct("(") || n.is_punct("."))
+        {
+            continue;
+        }
+        let name_token = tokens[i].clone();
+        let mut j = i + 1;
+        let mut alias = None;
+        if tokens.get(j).is_some_and(|a| a.is_word("AS")) {
+            alias = tokens
+                .get(j + 1)
+                .and_then(|a| a.ident().map(str::to_string));
+            j += 2;
+        } else if let Some(a) = tokens.get(j) {
+            if a.ident().is_some() && !is_word_in(a, CLAUSE_WORDS) {
+                alias = Some(a.text.clone());
+                j += 1;
+            }
+        }
+        let is_final = tokens.get(j).is_some_and(|f| f.is_word("FINAL"));
+        if !is_final && !uses_part {
+            continue;
+        }
+        let prefix = if is_final {
+            FINAL_PREFIX
+        } else {
+            VIRTUAL_PREFIX
+        };
+        out.push(Token {
+            kind: TokenKind::QuotedIdent,
+            text: format!("{prefix}{name}"),
+            ..name_token.clone()
+        });
+        out.push(Token {
+            kind: TokenKind::Word,
+            text: "AS".into(),
+            ..name_token.clone()
+        });
+        out.push(Token {
+            kind: TokenKind::QuotedIdent,
+            text: alias.unwrap_or(name),
+            ..name_token
+        });
+        i = if is_final { j + 1 } else { j };
+    }
+    out
+}
+
+fn matching_paren(tokens: &[Token], open: usize) -> Result<usize> {
+    let mut depth = 0;
+    for (i, t) in tokens.iter().enumerate().skip(open) {
+        if t.is_punct("(") {
+            depth += 1;
+        } else if t.is_punct(")") {
+            depth -= 1;
+            if depth == 0 {
+                return Ok(i);
+            }
+        }
+    }
+    Err(QueryError::Syntax {
+        line: 0,
+        column: 0,
+        message: "unbalanced parentheses".into(),
+    })
+}
+
+fn split_top_level(tokens: &[Token]) -> Vec<&[Token]> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_punct("(") || t.is_punct("[") {
+            depth += 1;
+        } else if t.is_punct(")") || t.is_punct("]") {
+            depth -= 1;
+        } else if depth == 0 && t.is_punct(",") {
+            parts.push(&tokens[start..i]);
+            start = i + 1;
+        }
+    }
+    if start < tokens.len() {
+        parts.push(&tokens[start..]);
+    }
+    parts
+}
+
+fn emit_token(t: &Token, out: &mut String) {
+    let glue = t.is_punct(".")
+        || out.ends_with('.')
+        || out.ends_with('(')
+        || t.is_punct(")")
+        || t.is_punct(",");
+    if !out.is_empty() && !glue && !out.ends_with(' ') {
+        out.push(' ');
+    }
+    match t.kind {
+        TokenKind::Str => {
+            out.push('\'');
+            out.push_str(&t.text.replace('\'', "''"));
+            out.push('\'');
+        }
+        TokenKind::QuotedIdent => {
+            out.push('"');
+            out.push_str(&t.text.replace('"', "\"\""));
+            out.push('"');
+        }
+        TokenKind::Punct if t.text == "==" => out.push('='),
+        _ => out.push_str(&t.text),
+    }
+}
+
+/// Emits a query; `outermost` names its unaliased select items the ClickHouse way and expands
+/// a bare `*` to `star` when given (virtual columns are not part of `*`).
+fn emit_select(
+    tokens: &[Token],
+    out: &mut String,
+    outermost: bool,
+    star: Option<&[String]>,
+) -> Result<()> {
+    if !outermost {
+        return emit(tokens, out);
+    }
+    let Some(select) = tokens.iter().position(|t| t.is_word("SELECT")) else {
+        return emit(tokens, out);
+    };
+    // The select list ends at the top-level FROM (or the end).
+    let mut depth = 0;
+    let mut from = tokens.len();
+    for (i, t) in tokens.iter().enumerate().skip(select + 1) {
+        if t.is_punct("(") {
+            depth += 1;
+        } else if t.is_punct(")") {
+            depth -= 1;
+        } else if depth == 0
+            && is_word_in(
+                t,
+                &[
+                    "FROM", "WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "UNION",
+                ],
+            )
+        {
+            from = i;
+            break;
+        }
+    }
+    emit(&tokens[..=select], out)?;
+    let mut list_start = select + 1;
+    if tokens
+        .get(list_start)
+        .is_some_and(|t| t.is_word("DISTINCT"))
+    {
+        emit_token(&tokens[list_start], out);
+        list_start += 1;
+    }
+    for (n, item) in split_top_level(&tokens[list_start..from])
+        .into_iter()
+        .enumerate()
+    {
+        if n > 0 {
+            out.push(',');
+        }
+        if let (Some(star), true) = (star, item.len() == 1 && item[0].is_punct("*")) {
+            let quoted: Vec<String> = star
+                .iter()
+                .map(|c| format!(" \"{}\"", c.replace('"', "\"\"")))
+                .collect();
+            out.push_str(&quoted.join(","));
+            continue;
+        }
+        emit(item, out)?;
+        let has_alias = item.len() >= 2 && item[item.len() - 2].is_word("AS");
+        let plain = item.len() == 1
+            || item
+                .iter()
+                .all(|t| t.ident().is_some() || t.is_punct(".") || t.is_punct("*"));
+        if !has_alias && !plain {
+            out.push_str(" AS \"");
+            out.push_str(&clickhouse_name(item).replace('"', "\"\""));
+            out.push('"');
+        }
+    }
+    emit(&tokens[from..], out)
+}
+
+/// The column name ClickHouse gives an expression: its text with ClickHouse's spacing.
+fn clickhouse_name(tokens: &[Token]) -> String {
+    let mut out = String::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let prev = i.checked_sub(1).map(|p| &tokens[p]);
+        let tight = t.is_punct("(")
+            || t.is_punct(")")
+            || t.is_punct(",")
+            || t.is_punct(".")
+            || prev.is_some_and(|p| p.is_punct("(") || p.is_punct("."));
+        if i > 0 && !tight {
+            out.push(' ');
+        }
+        match t.kind {
+            TokenKind::Str => out.push_str(&format!("'{}'", t.text.replace('\'', "\\'"))),
+            _ => out.push_str(&t.text),
+        }
+        if t.is_punct(",") {
+            out.push(' ');
+        }
+    }
+    out.replace("( ", "(").replace(" )", ")").replace("  ", " ")
+}
+
+fn emit(tokens: &[Token], out: &mut String) -> Result<()> {
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = &tokens[i];
+        let is_call = t.kind == TokenKind::Word
+            && tokens.get(i + 1).is_some_and(|n| n.is_punct("("))
+            && !is_word_in(t, KEYWORDS);
+        if !is_call {
+            if t.is_punct("(")
+                && tokens
+                    .get(i + 1)
+                    .is_some_and(|n| n.is_word("SELECT") || n.is_word("WITH"))
+            {
+                let close = matching_paren(tokens, i)?;
+                emit_token(t, out);
+                emit_select(&tokens[i + 1..close], out, false, None)?;
+                emit_token(&tokens[close], out);
+                i = close + 1;
+                continue;
+            }
+            emit_token(t, out);
+            i += 1;
+            continue;
+        }
+        let close = matching_paren(tokens, i + 1)?;
+        let args: Vec<String> = split_top_level(&tokens[i + 2..close])
+            .into_iter()
+            .map(|arg| {
+                let mut s = String::new();
+                emit(arg, &mut s).map(|()| s)
+            })
+            .collect::<Result<_>>()?;
+        let call = render_call(&t.text, &args)?;
+        if !out.is_empty() && !out.ends_with('(') && !out.ends_with(' ') && !out.ends_with('.') {
+            out.push(' ');
+        }
+        out.push_str(&call);
+        i = close + 1;
+    }
+    Ok(())
+}
+
+fn cast(arg: &str, ty: &str) -> String {
+    format!("arrow_cast({arg}, '{ty}')")
+}
+
+/// A ClickHouse function call as DataFusion SQL; arguments are already rewritten.
+fn render_call(name: &str, args: &[String]) -> Result<String> {
+    let arg = |i: usize| -> Result<&str> {
+        args.get(i).map(String::as_str).ok_or_else(|| {
+            QueryError::Invalid(format!(
+                "Number of arguments for function {name} doesn't match: passed {}",
+                args.len()
+            ))
+        })
+    };
+    let int_types = [
+        ("toUInt8", "UInt8"),
+        ("toUInt16", "UInt16"),
+        ("toUInt32", "UInt32"),
+        ("toUInt64", "UInt64"),
+        ("toInt8", "Int8"),
+        ("toInt16", "Int16"),
+        ("toInt32", "Int32"),
+        ("toInt64", "Int64"),
+        ("toFloat32", "Float32"),
+        ("toFloat64", "Float64"),
+    ];
+    if let Some((_, ty)) = int_types.iter().find(|(f, _)| *f == name) {
+        return Ok(cast(arg(0)?, ty));
+    }
+    if let Some(base) = name
+        .strip_suffix("If")
+        .filter(|b| !b.is_empty() && *b != "multi" && *b != "null")
+    {
+        if let Some((cond, rest)) = args.split_last() {
+            let inner = if base == "count" {
+                "count(*)".to_string()
+            } else {
+                render_call(base, rest)?
+            };
+            return Ok(format!("{inner} FILTER (WHERE {cond})"));
+        }
+    }
+    if name.ends_with("State") || name.ends_with("Merge") && name != "Merge" {
+        return Err(QueryError::Unsupported(format!(
+            "{name}: AggregateFunction states (-State / -Merge) are not supported yet"
+        )));
+    }
+    let joined = args.join(", ");
+    Ok(match name {
+        "count" if args.is_empty() => "count(*)".to_string(),
+        "uniq" | "uniqExact" | "uniqCombined" | "uniqHLL12" => format!("count(DISTINCT {joined})"),
+        "argMax" => format!("first_value({} ORDER BY {} DESC)", arg(0)?, arg(1)?),
+        "argMin" => format!("first_value({} ORDER BY {} ASC)", arg(0)?, arg(1)?),
+        "any" => format!("first_value({})", arg(0)?),
+        "anyLast" => format!("last_value({})", arg(0)?),
+        "groupArray" => format!("array_agg({})", arg(0)?),
+        "finalizeAggregation" => format!("({})", arg(0)?),
+        "toString" => cast(arg(0)?, "Utf8"),
+        "toDate" | "toDate32" => cast(arg(0)?, "Date32"),
+        "toDateTime" => cast(arg(0)?, "Timestamp(Second, None)"),
+        "toDateTime64" => {
+            let unit = match args.get(1).and_then(|p| p.trim().parse::<u8>().ok()).unwrap_or(3) {
+                0 => "Second",
+                1..=3 => "Millisecond",
+                4..=6 => "Microsecond",
+                _ => "Nanosecond",
+            };
+            cast(arg(0)?, &format!("Timestamp({unit}, None)"))
+        }
+        "toYYYYMM" => cast(&format!("date_part('year', {0}) * 100 + date_part('month', {0})", arg(0)?), "UInt32"),
+        "toYYYYMMDD" => cast(
+            &format!("date_part('year', {0}) * 10000 + date_part('month', {0}) * 100 + date_part('day', {0})", arg(0)?),
+            "UInt32",
+        ),
+        "toYear" => cast(&format!("date_part('year', {})", arg(0)?), "UInt16"),
+        "toMonth" => cast(&format!("date_part('month', {})", arg(0)?), "UInt8"),
+        "toDayOfMonth" => cast(&format!("date_part('day', {})", arg(0)?), "UInt8"),
+        "toHour" => cast(&format!("date_part('hour', {})", arg(0)?), "UInt8"),
+        "toMinute" => cast(&format!("date_part('minute', {})", arg(0)?), "UInt8"),
+        "toStartOfHour" => cast(&format!("date_trunc('hour', {})", arg(0)?), "Timestamp(Second, None)"),
+        "toStartOfMinute" => cast(&format!("date_trunc('minute', {})", arg(0)?), "Timestamp(Second, None)"),
+        "toStartOfDay" => cast(&format!("date_trunc('day', {})", arg(0)?), "Timestamp(Second, None)"),
+        "toStartOfMonth" => cast(&format!("date_trunc('month', {})", arg(0)?), "Date32"),
+        "toStartOfYear" => cast(&format!("date_trunc('year', {})", arg(0)?), "Date32"),
+        "toMonday" => cast(&format!("date_trunc('week', {})", arg(0)?), "Date32"),
+        "intDiv" => format!("(({}) / ({}))", arg(0)?, arg(1)?),
+        "modulo" => format!("(({}) % ({}))", arg(0)?, arg(1)?),
+        "if" => format!("(CASE WHEN {} THEN {} ELSE {} END)", arg(0)?, arg(1)?, arg(2)?),
+        "ifNull" => format!("coalesce({joined})"),
+        "isNull" => format!("(({}) IS NULL)", arg(0)?),
+        "isNotNull" => format!("(({}) IS NOT NULL)", arg(0)?),
+        "tuple" => format!("struct({joined})"),
+        "currentDatabase" => format!("'{}'", mergestream_engine::catalog::DATABASE),
+        _ => format!("{name}({joined})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewrite(sql: &str) -> RewrittenSelect {
+        rewrite_select(sql, 0, sql.len(), &|_| Some(vec!["k".to_string()])).expect(sql)
+    }
+
+    #[test]
+    fn final_becomes_the_final_provider() {
+        let r = rewrite("SELECT k FROM t FINAL WHERE k > 1");
+        assert_eq!(r.sql, "SELECT k FROM \"__final__t\" AS \"t\" WHERE k > 1");
+        let r = rewrite("SELECT x.k FROM t AS x FINAL");
+        assert_eq!(r.sql, "SELECT x.k FROM \"__final__t\" AS \"x\"");
+    }
+
+    #[test]
+    fn clickhouse_functions_and_names() {
+        let r = rewrite("SELECT count(), sumIf(v, v > 1), argMax(s, ver) FROM t");
+        assert_eq!(
+            r.sql,
+            "SELECT count(*) AS \"count()\", sum(v) FILTER (WHERE v > 1) AS \"sumIf(v, v > 1)\", first_value(s ORDER BY ver DESC) AS \"argMax(s, ver)\" FROM t"
+        );
+    }
+
+    #[test]
+    fn trailing_format_and_settings() {
+        let r = rewrite("SELECT k FROM t FINAL SETTINGS do_not_merge_across_partitions_select_final = 1 FORMAT JSONEachRow");
+        assert_eq!(r.format.as_deref(), Some("JSONEachRow"));
+        assert_eq!(
+            r.settings,
+            vec![(
+                "do_not_merge_across_partitions_select_final".to_string(),
+                "1".to_string()
+            )]
+        );
+        assert_eq!(r.sql, "SELECT k FROM \"__final__t\" AS \"t\"");
+    }
+
+    #[test]
+    fn part_column_selects_the_virtual_provider() {
+        let r = rewrite("SELECT _part, k FROM t ORDER BY _part");
+        assert_eq!(
+            r.sql,
+            "SELECT _part, k FROM \"__virtual__t\" AS \"t\" ORDER BY _part"
+        );
+    }
+}

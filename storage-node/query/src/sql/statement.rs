@@ -1,0 +1,246 @@
+//! The statements of `storage-node local`, parsed from tokens. SELECT text is handed to
+//! DataFusion (after [`super::rewrite`]); everything else is parsed here.
+
+use mergestream_engine::TableDef;
+
+use super::cursor::Cursor;
+use super::ddl::parse_create_table;
+use super::lexer::{Token, TokenKind};
+use crate::error::{QueryError, Result};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartitionSpec {
+    /// `PARTITION ID 'x'`.
+    Id(String),
+    /// `PARTITION <value>`: the value's text, or several for a tuple.
+    Value(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum InsertSource {
+    /// The text after VALUES, as byte offsets into the script.
+    Values {
+        start: usize,
+        end: usize,
+    },
+    Format {
+        format: String,
+        start: usize,
+        end: usize,
+    },
+    Select {
+        start: usize,
+        end: usize,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Insert {
+    pub table: String,
+    pub columns: Option<Vec<String>>,
+    pub settings: Vec<(String, String)>,
+    pub source: InsertSource,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Statement {
+    CreateTable {
+        def: TableDef,
+        if_not_exists: bool,
+    },
+    DropTable {
+        name: String,
+        if_exists: bool,
+    },
+    ShowTables,
+    Describe {
+        table: String,
+    },
+    Insert(Insert),
+    Select {
+        start: usize,
+        end: usize,
+    },
+    Optimize {
+        table: String,
+        partition: Option<PartitionSpec>,
+        final_merge: bool,
+        cleanup: bool,
+    },
+    SystemMerges {
+        table: Option<String>,
+        stop: bool,
+    },
+    Set {
+        settings: Vec<(String, String)>,
+    },
+}
+
+pub fn parse_statement(source: &str, tokens: &[Token], end: usize) -> Result<Statement> {
+    let mut c = Cursor::new(source, tokens, end);
+    let first = c.peek().ok_or_else(|| c.error("expected a statement"))?;
+    let statement = if first.is_word("SELECT") || first.is_word("WITH") || first.is_punct("(") {
+        return Ok(Statement::Select {
+            start: first.start,
+            end,
+        });
+    } else if c.eat_word("CREATE") {
+        if !c.eat_word("TABLE") {
+            return Err(c.error("expected TABLE (only CREATE TABLE is supported)"));
+        }
+        let if_not_exists = c.eat_words(&["IF", "NOT", "EXISTS"]);
+        Statement::CreateTable {
+            def: parse_create_table(&mut c)?,
+            if_not_exists,
+        }
+    } else if c.eat_word("DROP") {
+        c.expect_word("TABLE")?;
+        let if_exists = c.eat_words(&["IF", "EXISTS"]);
+        Statement::DropTable {
+            name: c.table_name()?,
+            if_exists,
+        }
+    } else if c.eat_word("SHOW") {
+        c.expect_word("TABLES")?;
+        Statement::ShowTables
+    } else if c.eat_word("DESCRIBE") || c.eat_word("DESC") {
+        c.eat_word("TABLE");
+        Statement::Describe {
+            table: c.table_name()?,
+        }
+    } else if c.eat_word("INSERT") {
+        Statement::Insert(parse_insert(&mut c)?)
+    } else if c.eat_word("OPTIMIZE") {
+        parse_optimize(&mut c)?
+    } else if c.eat_word("SYSTEM") {
+        let stop = if c.eat_word("STOP") {
+            true
+        } else if c.eat_word("START") {
+            false
+        } else {
+            return Err(c.error("expected STOP or START"));
+        };
+        c.expect_word("MERGES")?;
+        let table = if c.is_done() {
+            None
+        } else {
+            Some(c.table_name()?)
+        };
+        Statement::SystemMerges { table, stop }
+    } else if c.eat_word("SET") {
+        Statement::Set {
+            settings: parse_settings_list(&mut c)?,
+        }
+    } else {
+        return Err(c.error("expected a statement (SELECT, INSERT, CREATE TABLE, DROP TABLE, OPTIMIZE, SYSTEM, SHOW TABLES, DESCRIBE, SET)"));
+    };
+    if !c.is_done() {
+        return Err(c.error("unexpected text after the statement"));
+    }
+    Ok(statement)
+}
+
+/// `k = v, k2 = v2`.
+pub fn parse_settings_list(c: &mut Cursor<'_>) -> Result<Vec<(String, String)>> {
+    let mut settings = Vec::new();
+    loop {
+        let name = c.ident("a setting name")?;
+        c.expect_punct("=")?;
+        let value = c.literal("a setting value")?;
+        settings.push((name, value));
+        if !c.eat_punct(",") {
+            return Ok(settings);
+        }
+    }
+}
+
+fn parse_insert(c: &mut Cursor<'_>) -> Result<Insert> {
+    c.expect_word("INTO")?;
+    c.eat_word("TABLE");
+    let table = c.table_name()?;
+    let mut columns = None;
+    if c.eat_punct("(") {
+        let mut names = Vec::new();
+        loop {
+            names.push(c.ident("a column name")?);
+            if c.eat_punct(")") {
+                break;
+            }
+            c.expect_punct(",")?;
+        }
+        columns = Some(names);
+    }
+    let mut settings = Vec::new();
+    if c.eat_word("SETTINGS") {
+        settings = parse_settings_list(c)?;
+    }
+    let end = c.statement_end();
+    let source = if c.eat_word("VALUES") {
+        InsertSource::Values {
+            start: c.offset(),
+            end,
+        }
+    } else if c.eat_word("FORMAT") {
+        let format = c.ident("a format name")?;
+        // The data starts on the same line right after the name, or on the next line.
+        let start = c.offset();
+        while c.advance().is_some() {}
+        InsertSource::Format { format, start, end }
+    } else if c.peek_word("SELECT") || c.peek_word("WITH") {
+        InsertSource::Select {
+            start: c.offset(),
+            end,
+        }
+    } else {
+        return Err(c.error("expected VALUES, FORMAT or SELECT"));
+    };
+    while c.advance().is_some() {}
+    Ok(Insert {
+        table,
+        columns,
+        settings,
+        source,
+    })
+}
+
+fn parse_optimize(c: &mut Cursor<'_>) -> Result<Statement> {
+    c.expect_word("TABLE")?;
+    let table = c.table_name()?;
+    let mut partition = None;
+    if c.eat_word("PARTITION") {
+        partition = Some(if c.eat_word("ID") {
+            match c.advance() {
+                Some(t) if t.kind == TokenKind::Str => PartitionSpec::Id(t.text.clone()),
+                _ => return Err(c.error("expected the partition id as a string")),
+            }
+        } else if c.eat_word("tuple") {
+            c.expect_punct("(")?;
+            c.expect_punct(")")?;
+            PartitionSpec::Value(vec![])
+        } else if c.eat_punct("(") {
+            let mut values = Vec::new();
+            loop {
+                values.push(c.literal("a partition value")?);
+                if c.eat_punct(")") {
+                    break;
+                }
+                c.expect_punct(",")?;
+            }
+            PartitionSpec::Value(values)
+        } else if c.peek_word("ALL") {
+            return Err(QueryError::Unsupported(
+                "Only Support DROP/DETACH/ATTACH PARTITION ALL currently".into(),
+            ));
+        } else {
+            PartitionSpec::Value(vec![c.literal("a partition value")?])
+        });
+    }
+    let final_merge = c.eat_word("FINAL");
+    let cleanup = c.eat_word("CLEANUP");
+    Ok(Statement::Optimize {
+        table,
+        partition,
+        final_merge,
+        cleanup,
+    })
+}
