@@ -125,15 +125,16 @@ impl LocalCommitter {
 impl BlockCommitter for LocalCommitter {
     fn allocate(&self, dedup_id: Option<&str>) -> Result<BlockAllocation> {
         let mut state = self.lock();
+        // As in ClickHouse, a duplicate insert still uses up its block number.
+        let block = state.next_block;
+        state.next_block += 1;
+        let path = self.dir.join(INCREMENT_FILE);
+        std::fs::write(&path, block.to_string()).map_err(EngineError::io(&path))?;
         if let Some(id) = dedup_id {
             if self.window > 0 && state.seen.contains(id) {
                 return Ok(BlockAllocation::Duplicate);
             }
         }
-        let block = state.next_block;
-        state.next_block += 1;
-        let path = self.dir.join(INCREMENT_FILE);
-        std::fs::write(&path, block.to_string()).map_err(EngineError::io(&path))?;
         Ok(BlockAllocation::Block(block))
     }
 

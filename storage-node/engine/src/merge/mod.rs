@@ -17,7 +17,7 @@ mod versioned_collapsing;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow_row::{OwnedRow, RowConverter, Rows, SortField};
+use arrow_row::{RowConverter, Rows, SortField};
 
 pub use algorithm::{build_algorithm, AlgorithmOptions, MergingAlgorithm};
 pub use output::{Output, RowRef};
@@ -55,7 +55,10 @@ pub struct SortedMerge {
     heap: Vec<usize>,
     slots: Vec<RecordBatch>,
     output: Output,
-    group_key: Option<OwnedRow>,
+    /// The encoded key of the current group; a reused buffer, so a new group costs no
+    /// allocation.
+    group_key: Vec<u8>,
+    in_group: bool,
     /// Source of the first row of the current group.
     group_source: Option<usize>,
     started: bool,
@@ -99,7 +102,8 @@ impl SortedMerge {
             heap: Vec::new(),
             slots: Vec::new(),
             output: Output::new(columns),
-            group_key: None,
+            group_key: Vec::new(),
+            in_group: false,
             group_source: None,
             started: false,
             finished: false,
@@ -222,11 +226,14 @@ impl SortedMerge {
             let starts_group = {
                 let cursor = self.cursors[top].as_ref().expect("heap holds live cursors");
                 let row = cursor.rows.row(cursor.pos);
-                let same = !(cursor.assume_distinct && self.group_source == Some(top))
-                    && self.group_key.as_ref().is_some_and(|k| k.row() == row);
+                let same = self.in_group
+                    && !(cursor.assume_distinct && self.group_source == Some(top))
+                    && row.as_ref() == self.group_key.as_slice();
                 if !same {
-                    self.group_key = Some(row.owned());
+                    self.group_key.clear();
+                    self.group_key.extend_from_slice(row.as_ref());
                     self.group_source = Some(top);
+                    self.in_group = true;
                 }
                 !same
             };
@@ -257,7 +264,7 @@ impl SortedMerge {
                 return Ok(ready);
             }
         }
-        if self.group_key.take().is_some() {
+        if std::mem::take(&mut self.in_group) {
             self.algorithm.finish_group(&self.slots, &mut self.output);
         }
         self.finished = true;

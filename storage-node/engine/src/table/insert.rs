@@ -82,6 +82,9 @@ impl Table {
         }
         let mut closed = Vec::with_capacity(blocks.len());
         for (index, (partition, block)) in blocks.into_iter().enumerate() {
+            // The hash is of the rows as inserted: the same rows in another order are not a
+            // duplicate, as in ClickHouse.
+            let dedup_id = self.dedup_id(&partition.id, index, options, &block)?;
             let sorted = sort_by_key(&block, &self.key_columns)?;
             let tmp_name = format!("insert_{}_{}", partition.id, unique_suffix());
             let mut writer = PartWriter::create(
@@ -92,11 +95,8 @@ impl Table {
                 self.key_columns.clone(),
                 self.def.settings.index_granularity,
             )?;
-            let result = self
-                .dedup_id(&partition.id, index, options, &sorted)
-                .and_then(|id| self.write_block(&mut writer, sorted).map(|()| id));
-            match result {
-                Ok(dedup_id) => closed.push((writer.close(dedup_id.clone())?, dedup_id)),
+            match self.write_block(&mut writer, sorted) {
+                Ok(()) => closed.push((writer.close(dedup_id.clone())?, dedup_id)),
                 Err(e) => {
                     writer.abort();
                     closed.into_iter().for_each(|(part, _)| part.abort());

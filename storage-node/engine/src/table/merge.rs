@@ -183,10 +183,18 @@ impl Table {
                 return Err(bad("Experimental merges with CLEANUP are not allowed"));
             }
         }
-        if self.merges_stopped() {
-            return Err(bad("Cancelled merging parts"));
-        }
         if !request.final_merge {
+            if self.merges_stopped() {
+                let parts = self.snapshot();
+                let mergeable = parts
+                    .windows(2)
+                    .any(|w| w[0].name.partition_id == w[1].name.partition_id);
+                return if mergeable {
+                    Err(bad("Cancelled merging parts"))
+                } else {
+                    Ok(())
+                };
+            }
             return self.merge_once().map(|_| ());
         }
         let options = AlgorithmOptions {

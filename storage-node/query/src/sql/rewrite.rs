@@ -455,6 +455,7 @@ fn render_call(name: &str, args: &[String]) -> Result<String> {
         "any" => format!("first_value({})", arg(0)?),
         "anyLast" => format!("last_value({})", arg(0)?),
         "groupArray" => format!("array_agg({})", arg(0)?),
+        "arraySort" => format!("array_sort({})", arg(0)?),
         "finalizeAggregation" => format!("({})", arg(0)?),
         "toString" => cast(arg(0)?, "Utf8"),
         "toDate" | "toDate32" => cast(arg(0)?, "Date32"),

@@ -181,9 +181,10 @@ fn parse_insert(c: &mut Cursor<'_>) -> Result<Insert> {
             end,
         }
     } else if c.eat_word("FORMAT") {
+        let format_token = c.peek().map(|t| t.end).unwrap_or(end);
         let format = c.ident("a format name")?;
-        // The data starts on the same line right after the name, or on the next line.
-        let start = c.offset();
+        // The data follows the format name, on the same line or the next ones.
+        let start = format_token;
         while c.advance().is_some() {}
         InsertSource::Format { format, start, end }
     } else if c.peek_word("SELECT") || c.peek_word("WITH") {
