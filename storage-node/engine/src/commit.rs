@@ -197,7 +197,7 @@ mod tests {
         );
         assert_eq!(
             reopened.allocate(Some("c")).expect("c"),
-            BlockAllocation::Block(2)
+            BlockAllocation::Block(5)
         );
     }
 

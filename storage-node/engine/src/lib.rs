@@ -4,6 +4,7 @@
 //! The SQL front end (`mergestream-query`), the server, the ingestor and replication all call
 //! into this crate; it knows nothing of SQL text.
 
+pub mod aggregate;
 pub mod catalog;
 pub mod commit;
 pub mod error;

@@ -235,20 +235,20 @@ impl TableDef {
                 Ok(())
             }
             EngineKind::AggregatingMergeTree => {
-                let has_measures = self
-                    .columns
-                    .iter()
-                    .any(|c| matches!(c.ty, ChType::SimpleAggregateFunction { .. }));
+                let is_measure = |ty: &ChType| {
+                    matches!(
+                        ty,
+                        ChType::SimpleAggregateFunction { .. } | ChType::AggregateFunction(_)
+                    )
+                };
+                let has_measures = self.columns.iter().any(|c| is_measure(&c.ty));
                 if self.settings.allow_dimensions_outside_sorting_key || !has_measures {
                     return Ok(());
                 }
                 let outside: Vec<&str> = self
                     .columns
                     .iter()
-                    .filter(|c| {
-                        !self.order_by.contains(&c.name)
-                            && !matches!(c.ty, ChType::SimpleAggregateFunction { .. })
-                    })
+                    .filter(|c| !self.order_by.contains(&c.name) && !is_measure(&c.ty))
                     .map(|c| c.name.as_str())
                     .collect();
                 if outside.is_empty() {

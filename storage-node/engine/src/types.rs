@@ -49,6 +49,8 @@ pub enum ChType {
         function: String,
         arg: Box<ChType>,
     },
+    /// Partial aggregation states of a function, merged by AggregatingMergeTree.
+    AggregateFunction(crate::aggregate::AggregateFunction),
 }
 
 impl ChType {
@@ -139,6 +141,7 @@ impl ChType {
             ChType::Decimal { precision, scale } => ArrowType::Decimal256(*precision, *scale as i8),
             ChType::Nullable(t) | ChType::LowCardinality(t) => t.arrow_type(),
             ChType::SimpleAggregateFunction { arg, .. } => arg.arrow_type(),
+            ChType::AggregateFunction(_) => ArrowType::Binary,
             ChType::Array(t) => ArrowType::List(Arc::new(t.arrow_field("item"))),
             ChType::Map(k, v) => {
                 let entries = Fields::from(vec![
@@ -198,6 +201,13 @@ impl fmt::Display for ChType {
             ChType::Map(k, v) => write!(f, "Map({k}, {v})"),
             ChType::SimpleAggregateFunction { function, arg } => {
                 write!(f, "SimpleAggregateFunction({function}, {arg})")
+            }
+            ChType::AggregateFunction(function) => {
+                write!(f, "AggregateFunction({}", function.name)?;
+                for arg in &function.args {
+                    write!(f, ", {arg}")?;
+                }
+                write!(f, ")")
             }
         }
     }
@@ -354,9 +364,16 @@ impl TypeParser<'_> {
                 }
             }
             "AggregateFunction" => {
-                return Err(self.error(
-                    "AggregateFunction columns are not supported yet; use SimpleAggregateFunction",
-                ))
+                self.expect('(')?;
+                let function = self.word().to_string();
+                let mut args = Vec::new();
+                while self.eat(',') {
+                    args.push(self.parse_type()?);
+                }
+                self.expect(')')?;
+                let function = crate::aggregate::AggregateFunction::new(&function, args)
+                    .map_err(|e| self.error(&e.to_string()))?;
+                ChType::AggregateFunction(function)
             }
             "" => return Err(self.error("expected a type name")),
             other => return Err(self.error(&format!("unknown data type '{other}'"))),
@@ -413,6 +430,9 @@ mod tests {
             "DateTime64(3)",
             "Decimal(18, 4)",
             "SimpleAggregateFunction(sum, UInt64)",
+            "AggregateFunction(uniq, UInt64)",
+            "AggregateFunction(argMax, String, DateTime)",
+            "AggregateFunction(count)",
             "FixedString(4)",
         ] {
             assert_eq!(ChType::parse(name).expect(name).to_string(), name);

@@ -75,6 +75,7 @@ impl Session {
             }),
         );
         ctx.register_udtf("numbers", Arc::new(NumbersFunction));
+        crate::exec::aggregate_states::register(&ctx);
         Session {
             catalog,
             ctx,

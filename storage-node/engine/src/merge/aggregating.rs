@@ -9,9 +9,12 @@ use arrow::datatypes::DataType as ArrowType;
 use super::algorithm::{column, MergingAlgorithm};
 use super::output::{Output, RowRef};
 use super::values::{float_value, int_value, is_float};
+use crate::aggregate::{AggregateFunction, State as AggregateState};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ColumnAggregate {
+    /// An AggregateFunction column: states merged.
+    State(AggregateFunction),
     Sum,
     Min,
     Max,
@@ -34,9 +37,10 @@ impl ColumnAggregate {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum State {
     Empty,
+    Merged(AggregateState),
     Int(i128),
     Float(f64),
     Row(RowRef),
@@ -85,7 +89,20 @@ impl MergingAlgorithm for Aggregating {
             if array.is_null(row.row) {
                 continue;
             }
-            *state = match (aggregate, *state) {
+            if let ColumnAggregate::State(function) = aggregate {
+                let bytes = array.as_binary::<i32>().value(row.row);
+                // A state that does not decode is skipped with a log line: one bad value must
+                // not stop the merge of the whole part.
+                match AggregateState::decode(bytes) {
+                    Ok(decoded) => match state {
+                        State::Merged(current) => function.merge(current, decoded),
+                        _ => *state = State::Merged(decoded),
+                    },
+                    Err(e) => tracing::warn!(error = %e, "skipping an undecodable aggregate state"),
+                }
+                continue;
+            }
+            *state = match (aggregate, std::mem::replace(state, State::Empty)) {
                 (ColumnAggregate::Sum, state) => {
                     if let Some(v) = float_value(array, row.row) {
                         let acc = match state {
@@ -111,6 +128,7 @@ impl MergingAlgorithm for Aggregating {
                     State::Row(row)
                 }
                 (ColumnAggregate::Any, state) => state,
+                (ColumnAggregate::State(_), state) => state,
                 (ColumnAggregate::Min | ColumnAggregate::Max, State::Row(best)) => {
                     let ord = compare_values(array, row.row, column(slots, best, *c), best.row);
                     let better = if *aggregate == ColumnAggregate::Min {
@@ -143,6 +161,7 @@ impl MergingAlgorithm for Aggregating {
                 .peekable();
             let has_sums = sums.peek().is_some();
             let all_zero = sums.all(|(_, s)| match s {
+                State::Merged(_) => false,
                 State::Int(v) => *v == 0,
                 State::Float(v) => *v == 0.0,
                 _ => true,
@@ -154,6 +173,7 @@ impl MergingAlgorithm for Aggregating {
         out.push(first);
         for ((c, aggregate), state) in self.columns.iter().zip(states) {
             match state {
+                State::Merged(merged) => out.set_bytes(*c, Some(merged.encode())),
                 State::Row(row) => out.set_row(*c, row),
                 State::Int(v) => out.set_int(*c, Some(v)),
                 State::Float(v) => out.set_float(*c, Some(v)),
@@ -165,6 +185,9 @@ impl MergingAlgorithm for Aggregating {
                     } else {
                         out.set_int(*c, None)
                     }
+                }
+                State::Empty if matches!(aggregate, ColumnAggregate::State(_)) => {
+                    out.set_bytes(*c, None)
                 }
                 State::Empty => out.set_row(*c, first),
             }

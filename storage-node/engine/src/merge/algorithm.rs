@@ -106,6 +106,7 @@ pub fn build_algorithm(
                     ChType::SimpleAggregateFunction { function, .. } => {
                         ColumnAggregate::simple(function)
                     }
+                    ChType::AggregateFunction(function) => ColumnAggregate::State(function.clone()),
                     ty if listed && !ty.is_nullable() && ty.is_summable() => ColumnAggregate::Sum,
                     _ => continue,
                 };
@@ -139,6 +140,9 @@ fn simple_aggregates(def: &TableDef, schema: &SchemaRef) -> Vec<(usize, ColumnAg
         .filter_map(|(i, f)| match def.column(f.name()).map(|c| &c.ty) {
             Some(ChType::SimpleAggregateFunction { function, .. }) => {
                 Some((i, ColumnAggregate::simple(function)))
+            }
+            Some(ChType::AggregateFunction(function)) => {
+                Some((i, ColumnAggregate::State(function.clone())))
             }
             _ => None,
         })

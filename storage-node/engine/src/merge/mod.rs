@@ -12,7 +12,7 @@ mod collapsing;
 mod output;
 mod replacing;
 pub mod select;
-mod values;
+pub(crate) mod values;
 mod versioned_collapsing;
 
 use arrow::array::RecordBatch;

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, Decimal128Array, Float32Array, Float64Array, Int16Array, Int32Array,
-    Int64Array, Int8Array, RecordBatch, UInt16Array, UInt32Array, UInt64Array, UInt8Array,
+    Array, ArrayRef, BinaryArray, Decimal128Array, Float32Array, Float64Array, Int16Array,
+    Int32Array, Int64Array, Int8Array, RecordBatch, UInt16Array, UInt32Array, UInt64Array,
+    UInt8Array,
 };
 use arrow::compute::interleave;
 use arrow::datatypes::{DataType as ArrowType, SchemaRef};
@@ -31,6 +32,7 @@ enum ColumnValues {
     Rows(Vec<(usize, usize)>),
     Ints(Vec<Option<i128>>),
     Floats(Vec<Option<f64>>),
+    Bytes(Vec<Option<Vec<u8>>>),
 }
 
 pub struct Output {
@@ -81,6 +83,13 @@ impl Output {
         }
     }
 
+    pub fn set_bytes(&mut self, column: usize, value: Option<Vec<u8>>) {
+        match self.columns[column].get_or_insert_with(|| ColumnValues::Bytes(Vec::new())) {
+            ColumnValues::Bytes(values) => values.push(value),
+            _ => unreachable!("a column's values are of one kind"),
+        }
+    }
+
     /// Gathers the pending rows into one batch and clears them.
     pub fn build(&mut self, schema: &SchemaRef, slots: &[RecordBatch]) -> Result<RecordBatch> {
         let rows = std::mem::take(&mut self.rows);
@@ -92,6 +101,9 @@ impl Output {
                 Some(ColumnValues::Rows(own)) => interleave(&inputs, &own)?,
                 Some(ColumnValues::Ints(values)) => ints_to_array(field.data_type(), values)?,
                 Some(ColumnValues::Floats(values)) => floats_to_array(field.data_type(), values)?,
+                Some(ColumnValues::Bytes(values)) => {
+                    Arc::new(values.into_iter().collect::<BinaryArray>())
+                }
             };
             arrays.push(array);
         }

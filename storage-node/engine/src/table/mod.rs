@@ -270,3 +270,6 @@ fn detach_broken(table_dir: &Path, name: &str, error: &EngineError) -> Result<()
     info!(part = name, "detached broken part");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,5 @@
 //! DataFusion over the engine: table providers, the catalog, table functions.
 
+pub mod aggregate_states;
 pub mod catalog;
 pub mod provider;

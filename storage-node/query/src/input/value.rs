@@ -429,6 +429,11 @@ pub fn column_from_values(ty: &ChType, values: &[Value]) -> Conv<ArrayRef> {
                 .map_err(|e| e.to_string())?,
             )
         }
+        ChType::AggregateFunction(_) => {
+            return Err(format!(
+                "{inner} columns take states from -State functions (INSERT … SELECT fState(…)), not literal values"
+            ))
+        }
         ChType::Nullable(_)
         | ChType::LowCardinality(_)
         | ChType::SimpleAggregateFunction { .. } => {

@@ -441,14 +441,11 @@ fn render_call(name: &str, args: &[String]) -> Result<String> {
             return Ok(format!("{inner} FILTER (WHERE {cond})"));
         }
     }
-    if name.ends_with("State") || name.ends_with("Merge") && name != "Merge" {
-        return Err(QueryError::Unsupported(format!(
-            "{name}: AggregateFunction states (-State / -Merge) are not supported yet"
-        )));
-    }
     let joined = args.join(", ");
     Ok(match name {
         "count" if args.is_empty() => "count(*)".to_string(),
+        // DataFusion's aggregates need an argument; a constant one counts every row.
+        "countState" if args.is_empty() => "countState(1)".to_string(),
         "uniq" | "uniqExact" | "uniqCombined" | "uniqHLL12" => format!("count(DISTINCT {joined})"),
         "argMax" => format!("first_value({} ORDER BY {} DESC)", arg(0)?, arg(1)?),
         "argMin" => format!("first_value({} ORDER BY {} ASC)", arg(0)?, arg(1)?),
@@ -456,7 +453,6 @@ fn render_call(name: &str, args: &[String]) -> Result<String> {
         "anyLast" => format!("last_value({})", arg(0)?),
         "groupArray" => format!("array_agg({})", arg(0)?),
         "arraySort" => format!("array_sort({})", arg(0)?),
-        "finalizeAggregation" => format!("({})", arg(0)?),
         "toString" => cast(arg(0)?, "Utf8"),
         "toDate" | "toDate32" => cast(arg(0)?, "Date32"),
         "toDateTime" => cast(arg(0)?, "Timestamp(Second, None)"),
