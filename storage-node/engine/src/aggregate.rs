@@ -14,20 +14,8 @@ use crate::merge::values::{float_value, int_value};
 use crate::types::ChType;
 
 /// Functions whose states AggregateFunction columns can hold.
-pub const STATE_FUNCTIONS: &[&str] = &[
-    "sum",
-    "count",
-    "min",
-    "max",
-    "avg",
-    "any",
-    "anyLast",
-    "uniq",
-    "uniqExact",
-    "argMin",
-    "argMax",
-    "groupArray",
-];
+pub const STATE_FUNCTIONS: &[&str] =
+    &["sum", "count", "min", "max", "avg", "any", "anyLast", "uniq", "uniqExact", "argMin", "argMax", "groupArray"];
 
 /// A value inside a state.
 #[derive(Debug, Clone, PartialEq, PartialOrd)]
@@ -46,22 +34,12 @@ impl AggValue {
             return AggValue::Null;
         }
         match array.data_type() {
-            ArrowType::Utf8 => {
-                AggValue::Bytes(array.as_string::<i32>().value(row).as_bytes().to_vec())
-            }
-            ArrowType::LargeUtf8 => {
-                AggValue::Bytes(array.as_string::<i64>().value(row).as_bytes().to_vec())
-            }
-            ArrowType::Utf8View => {
-                AggValue::Bytes(array.as_string_view().value(row).as_bytes().to_vec())
-            }
+            ArrowType::Utf8 => AggValue::Bytes(array.as_string::<i32>().value(row).as_bytes().to_vec()),
+            ArrowType::LargeUtf8 => AggValue::Bytes(array.as_string::<i64>().value(row).as_bytes().to_vec()),
+            ArrowType::Utf8View => AggValue::Bytes(array.as_string_view().value(row).as_bytes().to_vec()),
             ArrowType::Binary => AggValue::Bytes(array.as_binary::<i32>().value(row).to_vec()),
-            ArrowType::FixedSizeBinary(_) => {
-                AggValue::Bytes(array.as_fixed_size_binary().value(row).to_vec())
-            }
-            ArrowType::Float32 | ArrowType::Float64 => {
-                AggValue::Float(float_value(array, row).unwrap_or(f64::NAN))
-            }
+            ArrowType::FixedSizeBinary(_) => AggValue::Bytes(array.as_fixed_size_binary().value(row).to_vec()),
+            ArrowType::Float32 | ArrowType::Float64 => AggValue::Float(float_value(array, row).unwrap_or(f64::NAN)),
             _ => int_value(array, row).map_or(AggValue::Null, AggValue::Int),
         }
     }
@@ -105,10 +83,7 @@ struct Reader<'a> {
 impl Reader<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8]> {
         let end = self.pos + n;
-        let slice = self
-            .bytes
-            .get(self.pos..end)
-            .ok_or_else(|| corrupt("truncated state"))?;
+        let slice = self.bytes.get(self.pos..end).ok_or_else(|| corrupt("truncated state"))?;
         self.pos = end;
         Ok(slice)
     }
@@ -143,10 +118,7 @@ impl Reader<'_> {
             }
             4 => {
                 let n = self.u32()? as usize;
-                (0..n)
-                    .map(|_| self.value())
-                    .collect::<Result<Vec<_>>>()
-                    .map(AggValue::Array)?
+                (0..n).map(|_| self.value()).collect::<Result<Vec<_>>>().map(AggValue::Array)?
             }
             tag => return Err(corrupt(&format!("unknown value tag {tag}"))),
         })
@@ -154,10 +126,7 @@ impl Reader<'_> {
 }
 
 fn corrupt(message: &str) -> EngineError {
-    EngineError::BadInsert {
-        table: String::new(),
-        message: format!("invalid aggregate function state: {message}"),
-    }
+    EngineError::BadInsert { table: String::new(), message: format!("invalid aggregate function state: {message}") }
 }
 
 /// One aggregate function and the types of its arguments.
@@ -172,10 +141,7 @@ impl AggregateFunction {
         if !STATE_FUNCTIONS.contains(&name) {
             return Err(EngineError::InvalidType {
                 type_name: format!("AggregateFunction({name}, …)"),
-                message: format!(
-                    "unsupported aggregate function {name}; supported: {}",
-                    STATE_FUNCTIONS.join(", ")
-                ),
+                message: format!("unsupported aggregate function {name}; supported: {}", STATE_FUNCTIONS.join(", ")),
             });
         }
         let expected = match name {
@@ -186,37 +152,22 @@ impl AggregateFunction {
         if !expected.contains(&args.len()) {
             return Err(EngineError::InvalidType {
                 type_name: format!("AggregateFunction({name}, …)"),
-                message: format!(
-                    "aggregate function {name} takes {expected:?} arguments, {} given",
-                    args.len()
-                ),
+                message: format!("aggregate function {name} takes {expected:?} arguments, {} given", args.len()),
             });
         }
-        Ok(AggregateFunction {
-            name: name.to_string(),
-            args,
-        })
+        Ok(AggregateFunction { name: name.to_string(), args })
     }
 
     /// The ClickHouse type of the finalized value.
     pub fn result_type(&self) -> ChType {
-        let arg = self
-            .args
-            .first()
-            .map(|a| a.value_type().clone())
-            .unwrap_or(ChType::UInt64);
+        let arg = self.args.first().map(|a| a.value_type().clone()).unwrap_or(ChType::UInt64);
         match self.name.as_str() {
             "count" | "uniq" | "uniqExact" => ChType::UInt64,
             "avg" => ChType::Float64,
             "sum" => match arg {
                 ChType::Float32 | ChType::Float64 => ChType::Float64,
-                ChType::Decimal { scale, .. } => ChType::Decimal {
-                    precision: 38,
-                    scale,
-                },
-                ChType::UInt8 | ChType::UInt16 | ChType::UInt32 | ChType::UInt64 | ChType::Bool => {
-                    ChType::UInt64
-                }
+                ChType::Decimal { scale, .. } => ChType::Decimal { precision: 38, scale },
+                ChType::UInt8 | ChType::UInt16 | ChType::UInt32 | ChType::UInt64 | ChType::Bool => ChType::UInt64,
                 _ => ChType::Int64,
             },
             "groupArray" => ChType::Array(Box::new(arg)),
@@ -255,14 +206,10 @@ impl AggregateFunction {
                 set.insert(bytes);
             }
             ("groupArray", State::List(items)) => items.push(first),
-            ("min", State::One(best))
-                if best.as_ref().is_none_or(|b| first.cmp_total(b).is_lt()) =>
-            {
+            ("min", State::One(best)) if best.as_ref().is_none_or(|b| first.cmp_total(b).is_lt()) => {
                 *best = Some(first)
             }
-            ("max", State::One(best))
-                if best.as_ref().is_none_or(|b| first.cmp_total(b).is_gt()) =>
-            {
+            ("max", State::One(best)) if best.as_ref().is_none_or(|b| first.cmp_total(b).is_gt()) => {
                 *best = Some(first)
             }
             ("any", State::One(best)) if best.is_none() => *best = Some(first),
@@ -307,18 +254,11 @@ impl AggregateFunction {
                 _ => AggValue::Int(0),
             }),
             State::Count(n) => AggValue::Int(*n as i128),
-            State::Avg { sum, count } => AggValue::Float(if *count == 0 {
-                f64::NAN
-            } else {
-                sum / *count as f64
-            }),
+            State::Avg { sum, count } => AggValue::Float(if *count == 0 { f64::NAN } else { sum / *count as f64 }),
             State::Distinct(set) => AggValue::Int(set.len() as i128),
             State::List(items) => AggValue::Array(items.clone()),
             State::One(v) => v.clone().unwrap_or_else(|| default_of(&self.result_type())),
-            State::Pair(v) => v
-                .as_ref()
-                .map(|(a, _)| a.clone())
-                .unwrap_or_else(|| default_of(&self.result_type())),
+            State::Pair(v) => v.as_ref().map(|(a, _)| a.clone()).unwrap_or_else(|| default_of(&self.result_type())),
         }
     }
 }
@@ -426,10 +366,7 @@ impl State {
             1 => State::Count(r.u64()?),
             2 => {
                 let sum = f64::from_bits(r.u64()?);
-                State::Avg {
-                    sum,
-                    count: r.u64()?,
-                }
+                State::Avg { sum, count: r.u64()? }
             }
             3 => {
                 let n = r.u32()? as usize;
@@ -481,8 +418,7 @@ mod tests {
 
     #[test]
     fn arg_max_and_avg() {
-        let f =
-            AggregateFunction::new("argMax", vec![ChType::String, ChType::UInt64]).expect("argMax");
+        let f = AggregateFunction::new("argMax", vec![ChType::String, ChType::UInt64]).expect("argMax");
         let mut s = f.empty_state();
         f.add(&mut s, &[AggValue::Bytes(b"a".to_vec()), AggValue::Int(5)]);
         f.add(&mut s, &[AggValue::Bytes(b"b".to_vec()), AggValue::Int(9)]);

@@ -37,11 +37,8 @@ impl Catalog {
                 std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
             }
         }
-        let catalog = Catalog {
-            root,
-            tables: RwLock::new(tables),
-            merges: MergePool::start(merge_threads, MERGE_ASSIGN_DELAY),
-        };
+        let catalog =
+            Catalog { root, tables: RwLock::new(tables), merges: MergePool::start(merge_threads, MERGE_ASSIGN_DELAY) };
         for table in catalog.tables() {
             catalog.schedule_merges(&table);
         }
@@ -49,12 +46,7 @@ impl Catalog {
     }
 
     pub fn tables(&self) -> Vec<Arc<Table>> {
-        self.tables
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        self.tables.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
     pub fn table(&self, name: &str) -> Result<Arc<Table>> {
@@ -132,16 +124,13 @@ impl MergePool {
         let receiver = Arc::new(Mutex::new(receiver));
         for i in 0..threads {
             let receiver = receiver.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("merge-{i}"))
-                .spawn(move || merge_worker(&receiver, delay));
+            let spawned =
+                std::thread::Builder::new().name(format!("merge-{i}")).spawn(move || merge_worker(&receiver, delay));
             if let Err(e) = spawned {
                 warn!(error = %e, "cannot start a merge thread");
             }
         }
-        MergePool {
-            sender: Some(sender),
-        }
+        MergePool { sender: Some(sender) }
     }
 
     fn schedule(&self, table: Arc<Table>) {

@@ -67,28 +67,15 @@ impl LocalCommitter {
     /// `max_block` is the highest block number of any part found on disk; `part_dedup_ids` are
     /// the ids recorded in the parts themselves, oldest first, which cover a crash between a
     /// part's rename and the log's append.
-    pub fn open(
-        dir: &Path,
-        window: u64,
-        max_block: u64,
-        part_dedup_ids: Vec<String>,
-    ) -> Result<LocalCommitter> {
+    pub fn open(dir: &Path, window: u64, max_block: u64, part_dedup_ids: Vec<String>) -> Result<LocalCommitter> {
         let increment_path = dir.join(INCREMENT_FILE);
         let persisted = match std::fs::read_to_string(&increment_path) {
             Ok(text) => text.trim().parse::<u64>().unwrap_or(0),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => {
-                return Err(EngineError::Io {
-                    path: increment_path,
-                    source: e,
-                })
-            }
+            Err(e) => return Err(EngineError::Io { path: increment_path, source: e }),
         };
-        let mut state = LocalState {
-            next_block: persisted.max(max_block) + 1,
-            recent: VecDeque::new(),
-            seen: HashSet::new(),
-        };
+        let mut state =
+            LocalState { next_block: persisted.max(max_block) + 1, recent: VecDeque::new(), seen: HashSet::new() };
         let window = window as usize;
         let log_path = dir.join(DEDUP_LOG);
         match std::fs::read_to_string(&log_path) {
@@ -98,27 +85,16 @@ impl LocalCommitter {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(EngineError::Io {
-                    path: log_path,
-                    source: e,
-                })
-            }
+            Err(e) => return Err(EngineError::Io { path: log_path, source: e }),
         }
         for id in part_dedup_ids {
             state.remember(id, window);
         }
-        Ok(LocalCommitter {
-            dir: dir.to_path_buf(),
-            window,
-            state: Mutex::new(state),
-        })
+        Ok(LocalCommitter { dir: dir.to_path_buf(), window, state: Mutex::new(state) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LocalState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -146,11 +122,8 @@ impl BlockCommitter for LocalCommitter {
         state.remember(id.to_string(), self.window);
         let path = self.dir.join(DEDUP_LOG);
         // The log is rewritten from the window when it grows well past it, so it stays small.
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(EngineError::io(&path))?;
+        let mut file =
+            std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(EngineError::io(&path))?;
         writeln!(file, "{id}").map_err(EngineError::io(&path))?;
         file.sync_data().map_err(EngineError::io(&path))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -175,30 +148,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let name = PartName::parse("all_1_1_0").expect("name");
         let committer = LocalCommitter::open(dir.path(), 2, 0, vec![]).expect("open");
-        assert_eq!(
-            committer.allocate(Some("a")).expect("a"),
-            BlockAllocation::Block(1)
-        );
+        assert_eq!(committer.allocate(Some("a")).expect("a"), BlockAllocation::Block(1));
         committer.committed(1, Some("a"), &name).expect("commit a");
-        assert_eq!(
-            committer.allocate(Some("a")).expect("a again"),
-            BlockAllocation::Duplicate
-        );
+        assert_eq!(committer.allocate(Some("a")).expect("a again"), BlockAllocation::Duplicate);
         drop(committer);
 
         let reopened = LocalCommitter::open(dir.path(), 2, 1, vec!["b".into()]).expect("reopen");
-        assert_eq!(
-            reopened.allocate(Some("a")).expect("a"),
-            BlockAllocation::Duplicate
-        );
-        assert_eq!(
-            reopened.allocate(Some("b")).expect("b"),
-            BlockAllocation::Duplicate
-        );
-        assert_eq!(
-            reopened.allocate(Some("c")).expect("c"),
-            BlockAllocation::Block(5)
-        );
+        assert_eq!(reopened.allocate(Some("a")).expect("a"), BlockAllocation::Duplicate);
+        assert_eq!(reopened.allocate(Some("b")).expect("b"), BlockAllocation::Duplicate);
+        assert_eq!(reopened.allocate(Some("c")).expect("c"), BlockAllocation::Block(5));
     }
 
     #[test]
@@ -206,14 +164,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let name = PartName::parse("all_1_1_0").expect("name");
         let committer = LocalCommitter::open(dir.path(), 0, 0, vec![]).expect("open");
-        assert_eq!(
-            committer.allocate(Some("a")).expect("a"),
-            BlockAllocation::Block(1)
-        );
+        assert_eq!(committer.allocate(Some("a")).expect("a"), BlockAllocation::Block(1));
         committer.committed(1, Some("a"), &name).expect("commit");
-        assert_eq!(
-            committer.allocate(Some("a")).expect("a"),
-            BlockAllocation::Block(2)
-        );
+        assert_eq!(committer.allocate(Some("a")).expect("a"), BlockAllocation::Block(2));
     }
 }

@@ -32,12 +32,7 @@ pub enum EngineError {
     BadInsert { table: String, message: String },
 
     #[error("too many parts ({parts}) in partition {partition} of table {table}: merges are processing significantly slower than inserts (parts_to_throw_insert = {limit})")]
-    TooManyParts {
-        table: String,
-        partition: String,
-        parts: usize,
-        limit: u64,
-    },
+    TooManyParts { table: String, partition: String, parts: usize, limit: u64 },
 
     #[error("table {table}: {message}")]
     BadOptimize { table: String, message: String },
@@ -46,10 +41,7 @@ pub enum EngineError {
     CorruptPart { part: String, message: String },
 
     #[error("I/O error on {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 
     #[error("parquet error in {path}: {source}")]
     Parquet { path: PathBuf, source: ParquetError },
@@ -58,10 +50,7 @@ pub enum EngineError {
     Arrow(#[from] ArrowError),
 
     #[error("metadata error in {path}: {source}")]
-    Metadata {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    Metadata { path: PathBuf, source: serde_json::Error },
 }
 
 impl EngineError {

@@ -21,24 +21,13 @@ use crate::types::ChType;
 pub enum KeyExpr {
     Column(String),
     Literal(i64),
-    Call {
-        function: String,
-        args: Vec<KeyExpr>,
-    },
+    Call { function: String, args: Vec<KeyExpr> },
     Tuple(Vec<KeyExpr>),
 }
 
 /// Functions a partition key may call.
-pub const PARTITION_FUNCTIONS: &[&str] = &[
-    "toYYYYMM",
-    "toYYYYMMDD",
-    "toYear",
-    "toDate",
-    "toStartOfMonth",
-    "toMonday",
-    "intDiv",
-    "modulo",
-];
+pub const PARTITION_FUNCTIONS: &[&str] =
+    &["toYYYYMM", "toYYYYMMDD", "toYear", "toDate", "toStartOfMonth", "toMonday", "intDiv", "modulo"];
 
 /// One evaluated partition key element.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -75,29 +64,15 @@ pub struct Partition {
 
 impl Partition {
     pub fn all() -> Partition {
-        Partition {
-            id: "all".into(),
-            value: "tuple()".into(),
-        }
+        Partition { id: "all".into(), value: "tuple()".into() }
     }
 
     fn from_values(values: &[PartitionValue]) -> Partition {
-        let id = values
-            .iter()
-            .map(PartitionValue::id)
-            .collect::<Vec<_>>()
-            .join("-");
+        let id = values.iter().map(PartitionValue::id).collect::<Vec<_>>().join("-");
         let value = if values.len() == 1 {
             values[0].display()
         } else {
-            format!(
-                "({})",
-                values
-                    .iter()
-                    .map(PartitionValue::display)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
+            format!("({})", values.iter().map(PartitionValue::display).collect::<Vec<_>>().join(","))
         };
         Partition { id, value }
     }
@@ -116,9 +91,7 @@ impl KeyExpr {
         match self {
             KeyExpr::Column(c) => vec![c.as_str()],
             KeyExpr::Literal(_) => vec![],
-            KeyExpr::Call { args, .. } | KeyExpr::Tuple(args) => {
-                args.iter().flat_map(KeyExpr::columns).collect()
-            }
+            KeyExpr::Call { args, .. } | KeyExpr::Tuple(args) => args.iter().flat_map(KeyExpr::columns).collect(),
         }
     }
 
@@ -142,15 +115,12 @@ impl KeyExpr {
         let bad = |m: String| EngineError::BadTableDefinition(m);
         match self {
             KeyExpr::Literal(_) => Ok(ValueKind::Int),
-            KeyExpr::Tuple(_) => Err(bad(
-                "nested tuples are not allowed in a partition key".into()
-            )),
+            KeyExpr::Tuple(_) => Err(bad("nested tuples are not allowed in a partition key".into())),
             KeyExpr::Column(name) => {
-                let col = columns.iter().find(|c| &c.name == name).ok_or_else(|| {
-                    bad(format!(
-                        "Missing columns: '{name}' while processing the partition key"
-                    ))
-                })?;
+                let col = columns
+                    .iter()
+                    .find(|c| &c.name == name)
+                    .ok_or_else(|| bad(format!("Missing columns: '{name}' while processing the partition key")))?;
                 match col.ty.value_type() {
                     t if t.is_integer() => Ok(ValueKind::Int),
                     ChType::Bool => Ok(ValueKind::Int),
@@ -162,16 +132,11 @@ impl KeyExpr {
                 }
             }
             KeyExpr::Call { function, args } => {
-                let arg_kinds = args
-                    .iter()
-                    .map(|a| a.kind(columns))
-                    .collect::<Result<Vec<_>>>()?;
+                let arg_kinds = args.iter().map(|a| a.kind(columns)).collect::<Result<Vec<_>>>()?;
                 let temporal = |k: &ValueKind| matches!(k, ValueKind::Date | ValueKind::DateTime);
                 match (function.as_str(), arg_kinds.as_slice()) {
                     ("toYYYYMM" | "toYYYYMMDD" | "toYear", [k]) if temporal(k) => Ok(ValueKind::Int),
-                    ("toDate" | "toStartOfMonth" | "toMonday", [k]) if temporal(k) => {
-                        Ok(ValueKind::Date)
-                    }
+                    ("toDate" | "toStartOfMonth" | "toMonday", [k]) if temporal(k) => Ok(ValueKind::Date),
                     ("intDiv" | "modulo", [ValueKind::Int, ValueKind::Int]) => Ok(ValueKind::Int),
                     _ => Err(bad(format!(
                         "unsupported partition key expression {function}(…) with {} argument(s); supported: {}",
@@ -193,16 +158,11 @@ impl KeyExpr {
         let Some(expr) = expr else {
             return Ok(vec![(Partition::all(), batch.clone())]);
         };
-        let evaluated = expr
-            .elements()
-            .iter()
-            .map(|e| e.evaluate(columns, batch))
-            .collect::<Result<Vec<_>>>()?;
+        let evaluated = expr.elements().iter().map(|e| e.evaluate(columns, batch)).collect::<Result<Vec<_>>>()?;
         let mut groups: HashMap<Vec<PartitionValue>, Vec<u32>> = HashMap::new();
         let mut order = Vec::new();
         for row in 0..batch.num_rows() {
-            let key: Vec<PartitionValue> =
-                evaluated.iter().map(|values| values[row].clone()).collect();
+            let key: Vec<PartitionValue> = evaluated.iter().map(|values| values[row].clone()).collect();
             let rows = groups.entry(key.clone()).or_insert_with(|| {
                 order.push(key);
                 Vec::new()
@@ -231,30 +191,20 @@ impl KeyExpr {
                 let index = columns
                     .iter()
                     .position(|c| &c.name == name)
-                    .ok_or_else(|| {
-                        EngineError::BadTableDefinition(format!("Missing columns: '{name}'"))
-                    })?;
+                    .ok_or_else(|| EngineError::BadTableDefinition(format!("Missing columns: '{name}'")))?;
                 column_values(batch.column(index))
             }
-            KeyExpr::Tuple(_) => Err(EngineError::BadTableDefinition(
-                "nested tuples are not allowed in a partition key".into(),
-            )),
+            KeyExpr::Tuple(_) => {
+                Err(EngineError::BadTableDefinition("nested tuples are not allowed in a partition key".into()))
+            }
             KeyExpr::Call { function, args } => {
-                let args = args
-                    .iter()
-                    .map(|a| a.evaluate(columns, batch))
-                    .collect::<Result<Vec<_>>>()?;
+                let args = args.iter().map(|a| a.evaluate(columns, batch)).collect::<Result<Vec<_>>>()?;
                 (0..rows)
                     .map(|row| {
                         let arg = |i: usize| args[i][row].clone();
                         apply(
                             function,
-                            &[
-                                arg(0),
-                                args.get(1)
-                                    .map(|a| a[row].clone())
-                                    .unwrap_or(PartitionValue::Int(1)),
-                            ],
+                            &[arg(0), args.get(1).map(|a| a[row].clone()).unwrap_or(PartitionValue::Int(1))],
                         )
                     })
                     .collect()
@@ -288,9 +238,7 @@ fn apply(function: &str, args: &[PartitionValue]) -> Result<PartitionValue> {
         }
         "toYYYYMMDD" => {
             let d = date(&args[0]);
-            PartitionValue::Int(
-                (d.year() * 10_000 + d.month() as i32 * 100 + d.day() as i32) as i128,
-            )
+            PartitionValue::Int((d.year() * 10_000 + d.month() as i32 * 100 + d.day() as i32) as i128)
         }
         "toYear" => PartitionValue::Int(date(&args[0]).year() as i128),
         "toDate" => PartitionValue::Date(date_to_days(date(&args[0]))),
@@ -313,21 +261,15 @@ fn apply(function: &str, args: &[PartitionValue]) -> Result<PartitionValue> {
             }
             PartitionValue::Int(if function == "intDiv" { a / b } else { a % b })
         }
-        other => {
-            return Err(EngineError::BadTableDefinition(format!(
-                "unsupported partition function {other}"
-            )))
-        }
+        other => return Err(EngineError::BadTableDefinition(format!("unsupported partition function {other}"))),
     })
 }
 
 fn column_values(array: &ArrayRef) -> Result<Vec<PartitionValue>> {
     let out = match array.data_type() {
-        ArrowType::Date32 => array
-            .as_primitive::<Date32Type>()
-            .iter()
-            .map(|v| PartitionValue::Date(v.unwrap_or(0)))
-            .collect(),
+        ArrowType::Date32 => {
+            array.as_primitive::<Date32Type>().iter().map(|v| PartitionValue::Date(v.unwrap_or(0))).collect()
+        }
         ArrowType::Timestamp(unit, _) => {
             let per_second: i64 = match unit {
                 TimeUnit::Second => 1,
@@ -341,17 +283,12 @@ fn column_values(array: &ArrayRef) -> Result<Vec<PartitionValue>> {
                 .map(|v| PartitionValue::Int((v.unwrap_or(0).div_euclid(per_second)) as i128))
                 .collect()
         }
-        ArrowType::UInt64 => array
-            .as_primitive::<UInt64Type>()
-            .iter()
-            .map(|v| PartitionValue::Int(v.unwrap_or(0) as i128))
-            .collect(),
+        ArrowType::UInt64 => {
+            array.as_primitive::<UInt64Type>().iter().map(|v| PartitionValue::Int(v.unwrap_or(0) as i128)).collect()
+        }
         _ => {
             let ints = cast(array, &ArrowType::Int64)?;
-            ints.as_primitive::<Int64Type>()
-                .iter()
-                .map(|v| PartitionValue::Int(v.unwrap_or(0) as i128))
-                .collect()
+            ints.as_primitive::<Int64Type>().iter().map(|v| PartitionValue::Int(v.unwrap_or(0) as i128)).collect()
         }
     };
     Ok(out)

@@ -21,21 +21,11 @@ pub struct ColumnDef {
 #[serde(tag = "kind", deny_unknown_fields)]
 pub enum EngineKind {
     MergeTree,
-    ReplacingMergeTree {
-        version: Option<String>,
-        is_deleted: Option<String>,
-    },
-    SummingMergeTree {
-        columns: Option<Vec<String>>,
-    },
+    ReplacingMergeTree { version: Option<String>, is_deleted: Option<String> },
+    SummingMergeTree { columns: Option<Vec<String>> },
     AggregatingMergeTree,
-    CollapsingMergeTree {
-        sign: String,
-    },
-    VersionedCollapsingMergeTree {
-        sign: String,
-        version: String,
-    },
+    CollapsingMergeTree { sign: String },
+    VersionedCollapsingMergeTree { sign: String, version: String },
     CoalescingMergeTree,
 }
 
@@ -81,12 +71,7 @@ impl TableDef {
     }
 
     pub fn arrow_schema(&self) -> SchemaRef {
-        Arc::new(Schema::new(
-            self.columns
-                .iter()
-                .map(|c| c.ty.arrow_field(&c.name))
-                .collect::<Vec<_>>(),
-        ))
+        Arc::new(Schema::new(self.columns.iter().map(|c| c.ty.arrow_field(&c.name)).collect::<Vec<_>>()))
     }
 
     /// The columns the parts are sorted by, in order.
@@ -113,20 +98,16 @@ impl TableDef {
         }
         for key in self.order_by.iter().chain(&self.primary_key) {
             let Some(col) = self.column(key) else {
-                return bad(format!(
-                    "Missing columns: '{key}' while processing the sorting key"
-                ));
+                return bad(format!("Missing columns: '{key}' while processing the sorting key"));
             };
             if col.ty.is_nullable() && !self.settings.allow_nullable_key {
                 return bad(
-                    "Sorting key contains nullable columns, but merge tree setting `allow_nullable_key` is disabled".into(),
+                    "Sorting key contains nullable columns, but merge tree setting `allow_nullable_key` is disabled"
+                        .into(),
                 );
             }
             if matches!(col.ty.value_type(), ChType::Map(..)) {
-                return bad(format!(
-                    "Column {key} with type {} is not allowed in key expression",
-                    col.ty
-                ));
+                return bad(format!("Column {key} with type {} is not allowed in key expression", col.ty));
             }
         }
         if self.primary_key.len() > self.order_by.len() {
@@ -146,9 +127,7 @@ impl TableDef {
         if let Some(partition) = &self.partition_by {
             for name in partition.columns() {
                 if self.column(name).is_none() {
-                    return bad(format!(
-                        "Missing columns: '{name}' while processing the partition key"
-                    ));
+                    return bad(format!("Missing columns: '{name}' while processing the partition key"));
                 }
             }
         }
@@ -157,9 +136,7 @@ impl TableDef {
 
     fn require_column(&self, name: &str, role: &str) -> Result<&ColumnDef> {
         self.column(name).ok_or_else(|| {
-            EngineError::BadTableDefinition(format!(
-                "{role} column {name} does not exist in table declaration."
-            ))
+            EngineError::BadTableDefinition(format!("{role} column {name} does not exist in table declaration."))
         })
     }
 
@@ -189,15 +166,10 @@ impl TableDef {
         let bad = |m: String| Err(EngineError::BadTableDefinition(m));
         match &self.engine {
             EngineKind::MergeTree | EngineKind::CoalescingMergeTree => Ok(()),
-            EngineKind::ReplacingMergeTree {
-                version,
-                is_deleted,
-            } => {
+            EngineKind::ReplacingMergeTree { version, is_deleted } => {
                 if let (Some(v), Some(d)) = (version, is_deleted) {
                     if v == d {
-                        return bad(format!(
-                            "The version and is_deleted column cannot be the same column ({v})."
-                        ));
+                        return bad(format!("The version and is_deleted column cannot be the same column ({v})."));
                     }
                 }
                 if let Some(d) = is_deleted {
@@ -227,20 +199,14 @@ impl TableDef {
                         ));
                     }
                     if self.order_by.contains(name) {
-                        return bad(format!(
-                            "Column {name} listed in columns to sum is a part of the sorting key"
-                        ));
+                        return bad(format!("Column {name} listed in columns to sum is a part of the sorting key"));
                     }
                 }
                 Ok(())
             }
             EngineKind::AggregatingMergeTree => {
-                let is_measure = |ty: &ChType| {
-                    matches!(
-                        ty,
-                        ChType::SimpleAggregateFunction { .. } | ChType::AggregateFunction(_)
-                    )
-                };
+                let is_measure =
+                    |ty: &ChType| matches!(ty, ChType::SimpleAggregateFunction { .. } | ChType::AggregateFunction(_));
                 let has_measures = self.columns.iter().any(|c| is_measure(&c.ty));
                 if self.settings.allow_dimensions_outside_sorting_key || !has_measures {
                     return Ok(());
@@ -260,15 +226,11 @@ impl TableDef {
                     ))
                 }
             }
-            EngineKind::CollapsingMergeTree { sign } => {
-                self.check_sign_column(sign, "CollapsingMergeTree")
-            }
+            EngineKind::CollapsingMergeTree { sign } => self.check_sign_column(sign, "CollapsingMergeTree"),
             EngineKind::VersionedCollapsingMergeTree { sign, version } => {
                 self.check_sign_column(sign, "VersionedCollapsingMergeTree")?;
                 if sign == version {
-                    return bad(format!(
-                        "The version and sign column cannot be the same column ({sign})."
-                    ));
+                    return bad(format!("The version and sign column cannot be the same column ({sign})."));
                 }
                 self.check_version_column(version, "VersionedCollapsingMergeTree")
             }
@@ -293,11 +255,7 @@ impl From<&TableDef> for StoredTableDef {
     fn from(def: &TableDef) -> Self {
         StoredTableDef {
             name: def.name.clone(),
-            columns: def
-                .columns
-                .iter()
-                .map(|c| (c.name.clone(), c.ty.to_string()))
-                .collect(),
+            columns: def.columns.iter().map(|c| (c.name.clone(), c.ty.to_string())).collect(),
             engine: def.engine.clone(),
             partition_by: def.partition_by.clone(),
             order_by: def.order_by.clone(),
@@ -312,12 +270,7 @@ impl StoredTableDef {
         let columns = self
             .columns
             .into_iter()
-            .map(|(name, ty)| {
-                Ok(ColumnDef {
-                    name,
-                    ty: ChType::parse(&ty)?,
-                })
-            })
+            .map(|(name, ty)| Ok(ColumnDef { name, ty: ChType::parse(&ty)? }))
             .collect::<Result<Vec<_>>>()?;
         Ok(TableDef {
             name: self.name,

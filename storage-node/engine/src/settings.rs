@@ -72,22 +72,16 @@ impl TableSettings {
                 }
                 self.index_granularity = g;
             }
-            "non_replicated_deduplication_window" => {
-                self.non_replicated_deduplication_window = uint(value)?
-            }
+            "non_replicated_deduplication_window" => self.non_replicated_deduplication_window = uint(value)?,
             "parts_to_delay_insert" => self.parts_to_delay_insert = uint(value)?,
             "parts_to_throw_insert" => self.parts_to_throw_insert = uint(value)?,
             "max_delay_to_insert" => self.max_delay_to_insert = uint(value)?,
             "allow_experimental_replacing_merge_with_cleanup" => {
                 self.allow_experimental_replacing_merge_with_cleanup = flag(value)?
             }
-            "allow_dimensions_outside_sorting_key" => {
-                self.allow_dimensions_outside_sorting_key = flag(value)?
-            }
+            "allow_dimensions_outside_sorting_key" => self.allow_dimensions_outside_sorting_key = flag(value)?,
             "allow_nullable_key" => self.allow_nullable_key = flag(value)?,
-            "max_bytes_to_merge_at_max_space_in_pool" => {
-                self.max_bytes_to_merge_at_max_space_in_pool = uint(value)?
-            }
+            "max_bytes_to_merge_at_max_space_in_pool" => self.max_bytes_to_merge_at_max_space_in_pool = uint(value)?,
             "max_parts_to_merge_at_once" => self.max_parts_to_merge_at_once = uint(value)?,
             other => return Err(EngineError::UnknownSetting(other.to_string())),
         }

@@ -110,10 +110,7 @@ impl ChType {
     pub fn can_be_version(&self) -> bool {
         self.is_integer()
             || self.is_float()
-            || matches!(
-                self,
-                ChType::Date | ChType::Date32 | ChType::DateTime | ChType::DateTime64(_)
-            )
+            || matches!(self, ChType::Date | ChType::Date32 | ChType::DateTime | ChType::DateTime64(_))
     }
 
     pub fn arrow_type(&self) -> ArrowType {
@@ -135,23 +132,15 @@ impl ChType {
             ChType::DateTime => ArrowType::Timestamp(TimeUnit::Second, None),
             ChType::DateTime64(p) => ArrowType::Timestamp(datetime64_unit(*p), None),
             ChType::Uuid => ArrowType::FixedSizeBinary(16),
-            ChType::Decimal { precision, scale } if *precision <= 38 => {
-                ArrowType::Decimal128(*precision, *scale as i8)
-            }
+            ChType::Decimal { precision, scale } if *precision <= 38 => ArrowType::Decimal128(*precision, *scale as i8),
             ChType::Decimal { precision, scale } => ArrowType::Decimal256(*precision, *scale as i8),
             ChType::Nullable(t) | ChType::LowCardinality(t) => t.arrow_type(),
             ChType::SimpleAggregateFunction { arg, .. } => arg.arrow_type(),
             ChType::AggregateFunction(_) => ArrowType::Binary,
             ChType::Array(t) => ArrowType::List(Arc::new(t.arrow_field("item"))),
             ChType::Map(k, v) => {
-                let entries = Fields::from(vec![
-                    Field::new("keys", k.arrow_type(), false),
-                    v.arrow_field("values"),
-                ]);
-                ArrowType::Map(
-                    Arc::new(Field::new("entries", ArrowType::Struct(entries), false)),
-                    false,
-                )
+                let entries = Fields::from(vec![Field::new("keys", k.arrow_type(), false), v.arrow_field("values")]);
+                ArrowType::Map(Arc::new(Field::new("entries", ArrowType::Struct(entries), false)), false)
             }
         }
     }
@@ -239,9 +228,7 @@ impl TypeParser<'_> {
         self.skip_ws();
         let start = self.pos;
         let rest = &self.text[self.pos..];
-        let len = rest
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(rest.len());
+        let len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
         self.pos += len;
         &self.text[start..self.pos]
     }
@@ -266,8 +253,7 @@ impl TypeParser<'_> {
 
     fn number(&mut self) -> Result<u64> {
         let word = self.word().to_string();
-        word.parse()
-            .map_err(|_| self.error(&format!("expected a number, found '{word}'")))
+        word.parse().map_err(|_| self.error(&format!("expected a number, found '{word}'")))
     }
 
     fn parse_type(&mut self) -> Result<ChType> {
@@ -358,10 +344,7 @@ impl TypeParser<'_> {
                 self.expect(',')?;
                 let arg = self.parse_type()?;
                 self.expect(')')?;
-                ChType::SimpleAggregateFunction {
-                    function,
-                    arg: Box::new(arg),
-                }
+                ChType::SimpleAggregateFunction { function, arg: Box::new(arg) }
             }
             "AggregateFunction" => {
                 self.expect('(')?;
@@ -400,19 +383,12 @@ impl TypeParser<'_> {
 
 fn decimal(precision: u64, scale: u64) -> std::result::Result<ChType, String> {
     if !(1..=76).contains(&precision) {
-        return Err(format!(
-            "Decimal precision {precision} is out of bounds (1..76)"
-        ));
+        return Err(format!("Decimal precision {precision} is out of bounds (1..76)"));
     }
     if scale > precision {
-        return Err(format!(
-            "Decimal scale {scale} is greater than its precision {precision}"
-        ));
+        return Err(format!("Decimal scale {scale} is greater than its precision {precision}"));
     }
-    Ok(ChType::Decimal {
-        precision: precision as u8,
-        scale: scale as u8,
-    })
+    Ok(ChType::Decimal { precision: precision as u8, scale: scale as u8 })
 }
 
 #[cfg(test)]
@@ -437,17 +413,12 @@ mod tests {
         ] {
             assert_eq!(ChType::parse(name).expect(name).to_string(), name);
         }
-        assert_eq!(
-            ChType::parse("Decimal64(2)").expect("dec").to_string(),
-            "Decimal(18, 2)"
-        );
+        assert_eq!(ChType::parse("Decimal64(2)").expect("dec").to_string(), "Decimal(18, 2)");
     }
 
     #[test]
     fn rejects_unknown_types_with_position() {
-        let err = ChType::parse("Nullable(Strin)")
-            .expect_err("bad type")
-            .to_string();
+        let err = ChType::parse("Nullable(Strin)").expect_err("bad type").to_string();
         assert!(err.contains("unknown data type 'Strin'"), "{err}");
         assert!(ChType::parse("UInt64 x").is_err());
     }

@@ -9,11 +9,7 @@ pub type Result<T, E = QueryError> = std::result::Result<T, E>;
 pub enum QueryError {
     /// Text that does not parse, with its 1-based line and column in the script.
     #[error("syntax error at {line}:{column}: {message}")]
-    Syntax {
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    Syntax { line: usize, column: usize, message: String },
 
     #[error("{0}")]
     Engine(#[from] EngineError),
@@ -26,12 +22,7 @@ pub enum QueryError {
 
     /// A value in inserted data that does not fit its column.
     #[error("cannot parse {what} at {line}:{column}: {message}")]
-    BadValue {
-        what: String,
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    BadValue { what: String, line: usize, column: usize, message: String },
 
     #[error("not supported: {0}")]
     Unsupported(String),
@@ -55,10 +46,6 @@ impl From<DataFusionError> for QueryError {
 impl QueryError {
     pub fn syntax(source: &str, offset: usize, message: impl Into<String>) -> QueryError {
         let (line, column) = crate::sql::lexer::line_col(source, offset);
-        QueryError::Syntax {
-            line,
-            column,
-            message: message.into(),
-        }
+        QueryError::Syntax { line, column, message: message.into() }
     }
 }

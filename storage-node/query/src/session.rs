@@ -69,20 +69,11 @@ impl Session {
         let plan_settings = Arc::new(Mutex::new(PlanSettings::default()));
         ctx.register_catalog(
             CATALOG_NAME,
-            Arc::new(EngineCatalog {
-                catalog: catalog.clone(),
-                settings: plan_settings.clone(),
-            }),
+            Arc::new(EngineCatalog { catalog: catalog.clone(), settings: plan_settings.clone() }),
         );
         ctx.register_udtf("numbers", Arc::new(NumbersFunction));
         crate::exec::aggregate_states::register(&ctx);
-        Session {
-            catalog,
-            ctx,
-            plan_settings,
-            settings: BTreeMap::new(),
-            format,
-        }
+        Session { catalog, ctx, plan_settings, settings: BTreeMap::new(), format }
     }
 
     /// Runs the statements of `script` in order, handing each one's output to `output`; stops
@@ -92,14 +83,13 @@ impl Session {
         script: &str,
         mut output: impl FnMut(usize, &str, std::time::Duration),
     ) -> Result<(), StatementError> {
-        let spans =
-            crate::sql::lexer::split_statements(script).map_err(|error| StatementError {
-                index: 1,
-                line: 1,
-                column: 1,
-                preview: preview(script),
-                error,
-            })?;
+        let spans = crate::sql::lexer::split_statements(script).map_err(|error| StatementError {
+            index: 1,
+            line: 1,
+            column: 1,
+            preview: preview(script),
+            error,
+        })?;
         for (i, (start, end)) in spans.into_iter().enumerate() {
             let began = std::time::Instant::now();
             match self.execute(script, start, end).await {
@@ -138,25 +128,11 @@ impl Session {
             Statement::CreateTable { def, if_not_exists } => {
                 self.catalog.create_table(def, if_not_exists)?;
             }
-            Statement::DropTable { name, if_exists } => {
-                self.catalog.drop_table(&name, if_exists)?
-            }
+            Statement::DropTable { name, if_exists } => self.catalog.drop_table(&name, if_exists)?,
             Statement::ShowTables => {
-                let names: Vec<String> = self
-                    .catalog
-                    .tables()
-                    .iter()
-                    .map(|t| t.name().to_string())
-                    .collect();
-                let schema = Arc::new(Schema::new(vec![Field::new(
-                    "name",
-                    ArrowType::Utf8,
-                    false,
-                )]));
-                let batch = RecordBatch::try_new(
-                    schema.clone(),
-                    vec![Arc::new(StringArray::from(names)) as ArrayRef],
-                )?;
+                let names: Vec<String> = self.catalog.tables().iter().map(|t| t.name().to_string()).collect();
+                let schema = Arc::new(Schema::new(vec![Field::new("name", ArrowType::Utf8, false)]));
+                let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(names)) as ArrayRef])?;
                 write_result(self.format, &schema, &[batch], &mut out);
             }
             Statement::Describe { table } => {
@@ -172,18 +148,11 @@ impl Session {
                     "ttl_expression",
                 ];
                 let schema = Arc::new(Schema::new(
-                    names
-                        .iter()
-                        .map(|n| Field::new(*n, ArrowType::Utf8, false))
-                        .collect::<Vec<_>>(),
+                    names.iter().map(|n| Field::new(*n, ArrowType::Utf8, false)).collect::<Vec<_>>(),
                 ));
                 let mut arrays: Vec<ArrayRef> = vec![
-                    Arc::new(StringArray::from(
-                        columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
-                    )),
-                    Arc::new(StringArray::from(
-                        columns.iter().map(|c| c.ty.to_string()).collect::<Vec<_>>(),
-                    )),
+                    Arc::new(StringArray::from(columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>())),
+                    Arc::new(StringArray::from(columns.iter().map(|c| c.ty.to_string()).collect::<Vec<_>>())),
                 ];
                 for _ in 2..names.len() {
                     arrays.push(Arc::new(StringArray::from(vec![""; columns.len()])));
@@ -193,18 +162,10 @@ impl Session {
             }
             Statement::Insert(insert) => self.insert(script, insert).await?,
             Statement::Select { start, end } => self.select(script, start, end, &mut out).await?,
-            Statement::Optimize {
-                table,
-                partition,
-                final_merge,
-                cleanup,
-            } => {
+            Statement::Optimize { table, partition, final_merge, cleanup } => {
                 let table = self.catalog.table(&table)?;
-                let request = OptimizeRequest {
-                    partition_id: partition.map(|p| partition_id(&p)),
-                    final_merge,
-                    cleanup,
-                };
+                let request =
+                    OptimizeRequest { partition_id: partition.map(|p| partition_id(&p)), final_merge, cleanup };
                 let handle = table.clone();
                 blocking(move || handle.optimize(&request)).await?;
                 self.catalog.schedule_merges(&table);
@@ -247,22 +208,13 @@ impl Session {
             .or_else(|| self.settings.get(name).cloned())
     }
 
-    async fn select(
-        &mut self,
-        script: &str,
-        start: usize,
-        end: usize,
-        out: &mut String,
-    ) -> Result<()> {
+    async fn select(&mut self, script: &str, start: usize, end: usize, out: &mut String) -> Result<()> {
         let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
         for (name, _) in &rewritten.settings {
             check_setting(name)?;
         }
         let within = self
-            .setting(
-                &rewritten.settings,
-                "do_not_merge_across_partitions_select_final",
-            )
+            .setting(&rewritten.settings, "do_not_merge_across_partitions_select_final")
             .is_some_and(|v| v == "1" || v == "true");
         if let Ok(mut settings) = self.plan_settings.lock() {
             settings.final_within_partitions = within;
@@ -289,21 +241,14 @@ impl Session {
         for (name, _) in &insert.settings {
             check_setting(name)?;
         }
-        let deduplicate = self
-            .setting(&insert.settings, "insert_deduplicate")
-            .is_none_or(|v| v != "0");
+        let deduplicate = self.setting(&insert.settings, "insert_deduplicate").is_none_or(|v| v != "0");
         let options = InsertOptions {
-            deduplication_token: self
-                .setting(&insert.settings, "insert_deduplication_token")
-                .filter(|_| deduplicate),
+            deduplication_token: self.setting(&insert.settings, "insert_deduplication_token").filter(|_| deduplicate),
         };
         let columns = insert_columns(&table, insert.columns.as_deref())?;
         let blocks = match insert.source {
             InsertSource::Values { start, end } => {
-                vec![build_block(
-                    &table,
-                    input::parse_values(script, start, end, columns)?,
-                )?]
+                vec![build_block(&table, input::parse_values(script, start, end, columns)?)?]
             }
             InsertSource::Format { format, start, end } => {
                 if format != "JSONEachRow" {
@@ -311,14 +256,8 @@ impl Session {
                         "input format {format}: only JSONEachRow is supported"
                     )));
                 }
-                let names: Vec<String> = columns
-                    .iter()
-                    .map(|&c| table.def().columns[c].name.clone())
-                    .collect();
-                vec![build_block(
-                    &table,
-                    input::parse_json_each_row(script, start, end, &names, columns)?,
-                )?]
+                let names: Vec<String> = columns.iter().map(|&c| table.def().columns[c].name.clone()).collect();
+                vec![build_block(&table, input::parse_json_each_row(script, start, end, &names, columns)?)?]
             }
             InsertSource::Select { start, end } => {
                 let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
@@ -345,11 +284,7 @@ fn check_setting(name: &str) -> Result<()> {
 }
 
 /// The result of INSERT … SELECT as table blocks: columns matched by position and cast.
-fn select_blocks(
-    table: &Table,
-    columns: &[usize],
-    batches: Vec<RecordBatch>,
-) -> Result<Vec<RecordBatch>> {
+fn select_blocks(table: &Table, columns: &[usize], batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
     let schema = table.schema();
     let mut converted = Vec::with_capacity(batches.len());
     for batch in batches {
@@ -365,13 +300,8 @@ fn select_blocks(
             let array = match columns.iter().position(|&c| c == i) {
                 Some(at) => cast(batch.column(at), field.data_type())?,
                 None => {
-                    let default = build_block(
-                        table,
-                        input::RowsInput {
-                            columns: vec![],
-                            rows: vec![vec![]; batch.num_rows()],
-                        },
-                    )?;
+                    let default =
+                        build_block(table, input::RowsInput { columns: vec![], rows: vec![vec![]; batch.num_rows()] })?;
                     default.column(i).clone()
                 }
             };
@@ -409,9 +339,7 @@ fn partition_id(spec: &PartitionSpec) -> String {
     }
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> mergestream_engine::Result<T> + Send + 'static,
-) -> Result<T> {
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> mergestream_engine::Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| QueryError::Invalid(format!("the statement's worker failed: {e}")))?

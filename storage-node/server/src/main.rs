@@ -70,9 +70,7 @@ fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         Some(q) => q,
         None => {
             let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("cannot read statements from standard input")?;
+            std::io::stdin().read_to_string(&mut text).context("cannot read statements from standard input")?;
             text
         }
     };
@@ -91,10 +89,7 @@ fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     let mut write_error = None;
     let result = runtime.block_on(session.run_script(&script, |_, text, elapsed| {
         if write_error.is_none() {
-            if let Err(e) = stdout
-                .write_all(text.as_bytes())
-                .and_then(|()| stdout.flush())
-            {
+            if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
                 write_error = Some(e);
             }
         }

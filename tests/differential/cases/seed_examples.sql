@@ -25,3 +25,9 @@ INSERT INTO p VALUES ('2026-10-01', 1, 1), ('2026-11-01', 1, nan), ('2026-10-02'
 SELECT * FROM p FINAL ORDER BY k;
 SELECT * FROM p FINAL ORDER BY k SETTINGS do_not_merge_across_partitions_select_final = 1;
 SELECT partition, name FROM system.parts WHERE table = 'p' ORDER BY name;
+CREATE TABLE fp (k UInt64, v UInt64) ENGINE = ReplacingMergeTree(v) ORDER BY k;
+SYSTEM STOP MERGES fp;
+INSERT INTO fp VALUES (1, 1), (2, 5);
+INSERT INTO fp VALUES (1, 2), (3, 1);
+INSERT INTO fp VALUES (10, 1);
+SELECT _part, k, v FROM fp FINAL ORDER BY k;

@@ -57,24 +57,14 @@ pub struct Aggregating {
 impl Aggregating {
     pub fn new(columns: Vec<(usize, ColumnAggregate)>, drop_zero_rows: bool) -> Aggregating {
         let states = vec![State::Empty; columns.len()];
-        Aggregating {
-            columns,
-            drop_zero_rows,
-            first: None,
-            states,
-        }
+        Aggregating { columns, drop_zero_rows, first: None, states }
     }
 }
 
 fn compare_values(a: &dyn Array, ai: usize, b: &dyn Array, bi: usize) -> Ordering {
     match a.data_type() {
-        ArrowType::Utf8 => a
-            .as_string::<i32>()
-            .value(ai)
-            .cmp(b.as_string::<i32>().value(bi)),
-        ty if is_float(ty) => float_value(a, ai)
-            .partial_cmp(&float_value(b, bi))
-            .unwrap_or(Ordering::Equal),
+        ArrowType::Utf8 => a.as_string::<i32>().value(ai).cmp(b.as_string::<i32>().value(bi)),
+        ty if is_float(ty) => float_value(a, ai).partial_cmp(&float_value(b, bi)).unwrap_or(Ordering::Equal),
         _ => int_value(a, ai).cmp(&int_value(b, bi)),
     }
 }
@@ -124,9 +114,7 @@ impl MergingAlgorithm for Aggregating {
                         State::Int(acc.wrapping_add(int_value(array, row.row).unwrap_or(0)))
                     }
                 }
-                (ColumnAggregate::Any, State::Empty) | (ColumnAggregate::LastNotNull, _) => {
-                    State::Row(row)
-                }
+                (ColumnAggregate::Any, State::Empty) | (ColumnAggregate::LastNotNull, _) => State::Row(row),
                 (ColumnAggregate::Any, state) => state,
                 (ColumnAggregate::State(_), state) => state,
                 (ColumnAggregate::Min | ColumnAggregate::Max, State::Row(best)) => {
@@ -153,12 +141,7 @@ impl MergingAlgorithm for Aggregating {
         };
         let states = std::mem::replace(&mut self.states, vec![State::Empty; self.columns.len()]);
         if self.drop_zero_rows {
-            let mut sums = self
-                .columns
-                .iter()
-                .zip(&states)
-                .filter(|((_, a), _)| *a == ColumnAggregate::Sum)
-                .peekable();
+            let mut sums = self.columns.iter().zip(&states).filter(|((_, a), _)| *a == ColumnAggregate::Sum).peekable();
             let has_sums = sums.peek().is_some();
             let all_zero = sums.all(|(_, s)| match s {
                 State::Merged(_) => false,
@@ -186,9 +169,7 @@ impl MergingAlgorithm for Aggregating {
                         out.set_int(*c, None)
                     }
                 }
-                State::Empty if matches!(aggregate, ColumnAggregate::State(_)) => {
-                    out.set_bytes(*c, None)
-                }
+                State::Empty if matches!(aggregate, ColumnAggregate::State(_)) => out.set_bytes(*c, None),
                 State::Empty => out.set_row(*c, first),
             }
         }

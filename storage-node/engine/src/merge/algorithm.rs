@@ -74,23 +74,14 @@ pub fn build_algorithm(
     };
     let key = def.sorting_key();
     let algorithm: Box<dyn MergingAlgorithm> = match &def.engine {
-        EngineKind::MergeTree => Box::new(Ordinary {
-            pending: Vec::new(),
-        }),
-        EngineKind::ReplacingMergeTree {
-            version,
-            is_deleted,
-        } => Box::new(Replacing::new(
+        EngineKind::MergeTree => Box::new(Ordinary { pending: Vec::new() }),
+        EngineKind::ReplacingMergeTree { version, is_deleted } => Box::new(Replacing::new(
             version.as_deref().map(index).transpose()?,
             is_deleted.as_deref().map(index).transpose()?,
             options.cleanup,
         )),
-        EngineKind::CollapsingMergeTree { sign } => {
-            Box::new(Collapsing::new(index(sign)?, options.final_read))
-        }
-        EngineKind::VersionedCollapsingMergeTree { sign, .. } => {
-            Box::new(VersionedCollapsing::new(index(sign)?))
-        }
+        EngineKind::CollapsingMergeTree { sign } => Box::new(Collapsing::new(index(sign)?, options.final_read)),
+        EngineKind::VersionedCollapsingMergeTree { sign, .. } => Box::new(VersionedCollapsing::new(index(sign)?)),
         EngineKind::SummingMergeTree { columns } => {
             let mut aggregates = Vec::new();
             for (i, field) in schema.fields().iter().enumerate() {
@@ -103,9 +94,7 @@ pub fn build_algorithm(
                 };
                 let listed = columns.as_ref().is_none_or(|list| list.contains(name));
                 let aggregate = match &col.ty {
-                    ChType::SimpleAggregateFunction { function, .. } => {
-                        ColumnAggregate::simple(function)
-                    }
+                    ChType::SimpleAggregateFunction { function, .. } => ColumnAggregate::simple(function),
                     ChType::AggregateFunction(function) => ColumnAggregate::State(function.clone()),
                     ty if listed && !ty.is_nullable() && ty.is_summable() => ColumnAggregate::Sum,
                     _ => continue,
@@ -138,12 +127,8 @@ fn simple_aggregates(def: &TableDef, schema: &SchemaRef) -> Vec<(usize, ColumnAg
         .iter()
         .enumerate()
         .filter_map(|(i, f)| match def.column(f.name()).map(|c| &c.ty) {
-            Some(ChType::SimpleAggregateFunction { function, .. }) => {
-                Some((i, ColumnAggregate::simple(function)))
-            }
-            Some(ChType::AggregateFunction(function)) => {
-                Some((i, ColumnAggregate::State(function.clone())))
-            }
+            Some(ChType::SimpleAggregateFunction { function, .. }) => Some((i, ColumnAggregate::simple(function))),
+            Some(ChType::AggregateFunction(function)) => Some((i, ColumnAggregate::State(function.clone()))),
             _ => None,
         })
         .collect()

@@ -74,10 +74,7 @@ impl SortedMerge {
         sources: Vec<(SortedStream, bool)>,
         algorithm: Box<dyn MergingAlgorithm>,
     ) -> Result<SortedMerge> {
-        let fields = key_columns
-            .iter()
-            .map(|&c| SortField::new(schema.field(c).data_type().clone()))
-            .collect();
+        let fields = key_columns.iter().map(|&c| SortField::new(schema.field(c).data_type().clone())).collect();
         let converter = RowConverter::new(fields)?;
         let cursors = sources
             .into_iter()
@@ -130,11 +127,7 @@ impl SortedMerge {
                     if batch.num_rows() == 0 {
                         continue;
                     }
-                    let keys: Vec<_> = self
-                        .key_columns
-                        .iter()
-                        .map(|&c| batch.column(c).clone())
-                        .collect();
+                    let keys: Vec<_> = self.key_columns.iter().map(|&c| batch.column(c).clone()).collect();
                     let rows = self.converter.convert_columns(&keys)?;
                     let cursor = self.cursors[i].as_mut().expect("cursor checked above");
                     cursor.rows = rows;
@@ -242,9 +235,7 @@ impl SortedMerge {
                 self.algorithm.finish_group(&self.slots, &mut self.output);
                 // A group boundary is the one point where the algorithm holds no row refs, so
                 // finished batches can be handed out and unreferenced input batches released.
-                if self.output.len() >= MERGE_BLOCK_ROWS
-                    || self.slots.len() > self.cursors.len() + 64
-                {
+                if self.output.len() >= MERGE_BLOCK_ROWS || self.slots.len() > self.cursors.len() + 64 {
                     if self.output.is_empty() {
                         self.compact_slots();
                     } else {
@@ -253,11 +244,7 @@ impl SortedMerge {
                 }
             }
             let cursor = self.cursors[top].as_ref().expect("heap holds live cursors");
-            let row = RowRef {
-                slot: cursor.slot,
-                row: cursor.pos,
-                source: top,
-            };
+            let row = RowRef { slot: cursor.slot, row: cursor.pos, source: top };
             self.algorithm.add(row, &self.slots);
             self.advance_cursor(top)?;
             if ready.is_some() {

@@ -3,9 +3,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, Decimal128Array, Float32Array, Float64Array, Int16Array,
-    Int32Array, Int64Array, Int8Array, RecordBatch, UInt16Array, UInt32Array, UInt64Array,
-    UInt8Array,
+    Array, ArrayRef, BinaryArray, Decimal128Array, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array,
+    Int8Array, RecordBatch, UInt16Array, UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow::compute::interleave;
 use arrow::datatypes::{DataType as ArrowType, SchemaRef};
@@ -42,10 +41,7 @@ pub struct Output {
 
 impl Output {
     pub fn new(columns: usize) -> Output {
-        Output {
-            rows: Vec::new(),
-            columns: (0..columns).map(|_| None).collect(),
-        }
+        Output { rows: Vec::new(), columns: (0..columns).map(|_| None).collect() }
     }
 
     pub fn len(&self) -> usize {
@@ -101,9 +97,7 @@ impl Output {
                 Some(ColumnValues::Rows(own)) => interleave(&inputs, &own)?,
                 Some(ColumnValues::Ints(values)) => ints_to_array(field.data_type(), values)?,
                 Some(ColumnValues::Floats(values)) => floats_to_array(field.data_type(), values)?,
-                Some(ColumnValues::Bytes(values)) => {
-                    Arc::new(values.into_iter().collect::<BinaryArray>())
-                }
+                Some(ColumnValues::Bytes(values)) => Arc::new(values.into_iter().collect::<BinaryArray>()),
             };
             arrays.push(array);
         }
@@ -123,15 +117,11 @@ fn ints_to_array(ty: &ArrowType, values: Vec<Option<i128>>) -> Result<ArrayRef> 
         ArrowType::Int16 => Arc::new(it.map(|v| v.map(|v| v as i16)).collect::<Int16Array>()),
         ArrowType::Int32 => Arc::new(it.map(|v| v.map(|v| v as i32)).collect::<Int32Array>()),
         ArrowType::Int64 => Arc::new(it.map(|v| v.map(|v| v as i64)).collect::<Int64Array>()),
-        ArrowType::Decimal128(p, s) => Arc::new(
-            it.collect::<Decimal128Array>()
-                .with_precision_and_scale(*p, *s)?,
-        ),
+        ArrowType::Decimal128(p, s) => Arc::new(it.collect::<Decimal128Array>().with_precision_and_scale(*p, *s)?),
         other => {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "integer aggregate into a column of type {other}"
-            ))
-            .into())
+            return Err(
+                ArrowError::InvalidArgumentError(format!("integer aggregate into a column of type {other}")).into()
+            )
         }
     };
     Ok(array)

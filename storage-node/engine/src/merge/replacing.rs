@@ -17,12 +17,7 @@ pub struct Replacing {
 
 impl Replacing {
     pub fn new(version: Option<usize>, is_deleted: Option<usize>, cleanup: bool) -> Replacing {
-        Replacing {
-            version,
-            is_deleted,
-            cleanup,
-            selected: None,
-        }
+        Replacing { version, is_deleted, cleanup, selected: None }
     }
 }
 
@@ -33,12 +28,8 @@ impl MergingAlgorithm for Replacing {
             // Three-way: a tie falls through to physical order, and rows arrive oldest first,
             // so an equal version replaces the selected row.
             (Some(selected), Some(v)) => {
-                compare_versions(
-                    column(slots, row, v),
-                    row.row,
-                    column(slots, selected, v),
-                    selected.row,
-                ) != Ordering::Less
+                compare_versions(column(slots, row, v), row.row, column(slots, selected, v), selected.row)
+                    != Ordering::Less
             }
         };
         if replace {

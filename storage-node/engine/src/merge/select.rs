@@ -28,11 +28,7 @@ pub struct SizeTieredSelector {
 
 impl Default for SizeTieredSelector {
     fn default() -> Self {
-        SizeTieredSelector {
-            max_parts: 100,
-            max_bytes: 150 << 30,
-            min_ratio: 1.5,
-        }
+        SizeTieredSelector { max_parts: 100, max_bytes: 150 << 30, min_ratio: 1.5 }
     }
 }
 
@@ -41,12 +37,7 @@ impl MergeSelector for SizeTieredSelector {
         let mut best: Option<(usize, u64, std::ops::Range<usize>)> = None;
         for start in 0..parts.len() {
             let (mut sum, mut max) = (0u64, 0u64);
-            for (end, part) in parts
-                .iter()
-                .enumerate()
-                .take(start + self.max_parts)
-                .skip(start)
-            {
+            for (end, part) in parts.iter().enumerate().take(start + self.max_parts).skip(start) {
                 // Count empty parts as one byte so that they merge away too.
                 let bytes = part.bytes.max(1);
                 sum += bytes;
@@ -60,9 +51,7 @@ impl MergeSelector for SizeTieredSelector {
                 }
                 let better = match &best {
                     None => true,
-                    Some((best_len, best_sum, _)) => {
-                        len > *best_len || (len == *best_len && sum < *best_sum)
-                    }
+                    Some((best_len, best_sum, _)) => len > *best_len || (len == *best_len && sum < *best_sum),
                 };
                 if better {
                     best = Some((len, sum, start..end + 1));
@@ -78,10 +67,7 @@ mod tests {
     use super::*;
 
     fn sizes(bytes: &[u64]) -> Vec<PartSize> {
-        bytes
-            .iter()
-            .map(|&b| PartSize { bytes: b, rows: b })
-            .collect()
+        bytes.iter().map(|&b| PartSize { bytes: b, rows: b }).collect()
     }
 
     #[test]
@@ -106,13 +92,7 @@ mod tests {
 
     #[test]
     fn respects_the_part_count_limit() {
-        let selector = SizeTieredSelector {
-            max_parts: 3,
-            ..Default::default()
-        };
-        assert_eq!(
-            selector.select(&sizes(&[5, 5, 5, 5, 5])).map(|r| r.len()),
-            Some(3)
-        );
+        let selector = SizeTieredSelector { max_parts: 3, ..Default::default() };
+        assert_eq!(selector.select(&sizes(&[5, 5, 5, 5, 5])).map(|r| r.len()), Some(3));
     }
 }

@@ -4,9 +4,9 @@ use std::cmp::Ordering;
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{
-    DataType as ArrowType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type,
-    Int32Type, Int64Type, Int8Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+    DataType as ArrowType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
+    Int8Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 
 /// A value of an integer-like column (integers, dates, date-times, decimals) widened to i128.
@@ -26,9 +26,7 @@ pub fn int_value(array: &dyn Array, row: usize) -> Option<i128> {
         ArrowType::Date32 => array.as_primitive::<Date32Type>().value(row) as i128,
         ArrowType::Decimal128(..) => array.as_primitive::<Decimal128Type>().value(row),
         ArrowType::Boolean => array.as_boolean().value(row) as i128,
-        ArrowType::Timestamp(TimeUnit::Second, _) => {
-            array.as_primitive::<TimestampSecondType>().value(row) as i128
-        }
+        ArrowType::Timestamp(TimeUnit::Second, _) => array.as_primitive::<TimestampSecondType>().value(row) as i128,
         ArrowType::Timestamp(TimeUnit::Millisecond, _) => {
             array.as_primitive::<TimestampMillisecondType>().value(row) as i128
         }
@@ -61,10 +59,7 @@ pub fn is_float(ty: &ArrowType) -> bool {
 /// and equal to NaN, so a NaN version wins against any other.
 pub fn compare_versions(a: &dyn Array, a_row: usize, b: &dyn Array, b_row: usize) -> Ordering {
     if is_float(a.data_type()) {
-        let (x, y) = (
-            float_value(a, a_row).unwrap_or(f64::NAN),
-            float_value(b, b_row).unwrap_or(f64::NAN),
-        );
+        let (x, y) = (float_value(a, a_row).unwrap_or(f64::NAN), float_value(b, b_row).unwrap_or(f64::NAN));
         match (x.is_nan(), y.is_nan()) {
             (true, true) => Ordering::Equal,
             (true, false) => Ordering::Greater,

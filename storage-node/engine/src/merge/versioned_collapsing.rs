@@ -16,11 +16,7 @@ pub struct VersionedCollapsing {
 
 impl VersionedCollapsing {
     pub fn new(sign: usize) -> VersionedCollapsing {
-        VersionedCollapsing {
-            sign,
-            queue: Vec::new(),
-            queue_sign: 0,
-        }
+        VersionedCollapsing { sign, queue: Vec::new(), queue_sign: 0 }
     }
 }
 

@@ -43,8 +43,5 @@ impl PartMeta {
 
 pub fn checksum_file(path: &Path) -> Result<FileChecksum> {
     let bytes = std::fs::read(path).map_err(EngineError::io(path))?;
-    Ok(FileChecksum {
-        size: bytes.len() as u64,
-        crc32: crc32fast::hash(&bytes),
-    })
+    Ok(FileChecksum { size: bytes.len() as u64, crc32: crc32fast::hash(&bytes) })
 }

@@ -55,11 +55,10 @@ impl DataPart {
         }
         let mut bytes_on_disk = 0;
         for (file, expected) in &meta.files {
-            let actual =
-                meta::checksum_file(&dir.join(file)).map_err(|e| EngineError::CorruptPart {
-                    part: name.to_string(),
-                    message: format!("cannot read {file}: {e}"),
-                })?;
+            let actual = meta::checksum_file(&dir.join(file)).map_err(|e| EngineError::CorruptPart {
+                part: name.to_string(),
+                message: format!("cannot read {file}: {e}"),
+            })?;
             if &actual != expected {
                 return Err(EngineError::CorruptPart {
                     part: name.to_string(),
@@ -72,14 +71,7 @@ impl DataPart {
             bytes_on_disk += actual.size;
         }
         let index = reader::read_index(&dir.join(meta::INDEX_FILE))?;
-        Ok(DataPart {
-            name,
-            dir: dir.to_path_buf(),
-            meta,
-            bytes_on_disk,
-            index,
-            outdated: AtomicBool::new(false),
-        })
+        Ok(DataPart { name, dir: dir.to_path_buf(), meta, bytes_on_disk, index, outdated: AtomicBool::new(false) })
     }
 
     pub fn rows(&self) -> u64 {
@@ -101,7 +93,5 @@ impl DataPart {
 
 /// fsync a directory so that a rename or file creation inside it is durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(EngineError::io(dir))
+    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(EngineError::io(dir))
 }

@@ -20,19 +20,11 @@ impl PartName {
         let min_block = fields.next()?.parse().ok()?;
         let partition_id = fields.next()?.to_string();
         // Partition ids are numbers joined by '-', hex hashes or `all`: never an underscore.
-        let valid_id = !partition_id.is_empty()
-            && partition_id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-');
+        let valid_id = !partition_id.is_empty() && partition_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
         if !valid_id || min_block > max_block {
             return None;
         }
-        Some(PartName {
-            partition_id,
-            min_block,
-            max_block,
-            level,
-        })
+        Some(PartName { partition_id, min_block, max_block, level })
     }
 
     /// ClickHouse's `contains`: same partition, covering block range, and not lower level.
@@ -47,28 +39,18 @@ impl PartName {
     /// Order of parts inside a partition: by block range, which is insertion order. The merge
     /// tie-break rules (the newest part wins) depend on it.
     pub fn insertion_order(&self, other: &PartName) -> Ordering {
-        (
-            &self.partition_id,
-            self.min_block,
-            self.max_block,
-            self.level,
-        )
-            .cmp(&(
-                &other.partition_id,
-                other.min_block,
-                other.max_block,
-                other.level,
-            ))
+        (&self.partition_id, self.min_block, self.max_block, self.level).cmp(&(
+            &other.partition_id,
+            other.min_block,
+            other.max_block,
+            other.level,
+        ))
     }
 }
 
 impl fmt::Display for PartName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}_{}_{}_{}",
-            self.partition_id, self.min_block, self.max_block, self.level
-        )
+        write!(f, "{}_{}_{}_{}", self.partition_id, self.min_block, self.max_block, self.level)
     }
 }
 
@@ -84,17 +66,7 @@ mod tests {
         assert!(merged.covers(&source));
         assert!(!source.covers(&merged));
         assert!(PartName::parse("tmp_insert_all_1_1_0").is_none());
-        assert_eq!(
-            PartName::parse("-5_1_1_0")
-                .expect("negative id")
-                .partition_id,
-            "-5"
-        );
-        assert_eq!(
-            PartName::parse("1--5_3_3_1")
-                .expect("tuple id")
-                .partition_id,
-            "1--5"
-        );
+        assert_eq!(PartName::parse("-5_1_1_0").expect("negative id").partition_id, "-5");
+        assert_eq!(PartName::parse("1--5_3_3_1").expect("tuple id").partition_id, "1--5");
     }
 }

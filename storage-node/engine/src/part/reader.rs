@@ -33,8 +33,7 @@ impl PartReader {
     pub fn open(part: &DataPart) -> Result<PartReader> {
         let path = part.dir.join(DATA_FILE);
         let file = File::open(&path).map_err(EngineError::io(&path))?;
-        let builder =
-            ParquetRecordBatchReaderBuilder::try_new(file).map_err(EngineError::parquet(&path))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(EngineError::parquet(&path))?;
         Ok(PartReader { builder, path })
     }
 
@@ -61,9 +60,7 @@ impl PartReader {
         if total_rows > pos {
             selectors.push(RowSelector::skip(total_rows - pos));
         }
-        self.builder = self
-            .builder
-            .with_row_selection(RowSelection::from(selectors));
+        self.builder = self.builder.with_row_selection(RowSelection::from(selectors));
         self
     }
 
@@ -73,10 +70,7 @@ impl PartReader {
     }
 
     pub fn build(self) -> Result<PartBatches> {
-        let inner = self
-            .builder
-            .build()
-            .map_err(EngineError::parquet(&self.path))?;
+        let inner = self.builder.build().map_err(EngineError::parquet(&self.path))?;
         Ok(PartBatches { inner })
     }
 }

@@ -57,8 +57,8 @@ impl PartWriter {
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_statistics_enabled(EnabledStatistics::Page)
             .build();
-        let writer = ArrowWriter::try_new(file, schema.clone(), Some(props))
-            .map_err(EngineError::parquet(&data_path))?;
+        let writer =
+            ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(EngineError::parquet(&data_path))?;
         let key_schema = SchemaRef::new(schema.project(&key_columns)?);
         Ok(PartWriter {
             table_dir: table_dir.to_path_buf(),
@@ -85,9 +85,7 @@ impl PartWriter {
             row += self.granularity;
         }
         self.last_key = Some(keys.slice(batch.num_rows() - 1, 1));
-        self.writer
-            .write(batch)
-            .map_err(EngineError::parquet(self.tmp_dir.join(DATA_FILE)))?;
+        self.writer.write(batch).map_err(EngineError::parquet(self.tmp_dir.join(DATA_FILE)))?;
         self.rows += batch.num_rows() as u64;
         Ok(())
     }
@@ -111,10 +109,7 @@ impl PartWriter {
     /// Closes the files and fsyncs them; the part stays under its temporary name.
     pub fn close(mut self, dedup_id: Option<String>) -> Result<ClosedPart> {
         let data_path = self.tmp_dir.join(DATA_FILE);
-        let file = self
-            .writer
-            .into_inner()
-            .map_err(EngineError::parquet(&data_path))?;
+        let file = self.writer.into_inner().map_err(EngineError::parquet(&data_path))?;
         file.sync_all().map_err(EngineError::io(&data_path))?;
 
         let mut index_batches = self.index_rows;
@@ -125,10 +120,7 @@ impl PartWriter {
 
         let mut files = BTreeMap::new();
         for file in [DATA_FILE, INDEX_FILE] {
-            files.insert(
-                file.to_string(),
-                meta::checksum_file(&self.tmp_dir.join(file))?,
-            );
+            files.insert(file.to_string(), meta::checksum_file(&self.tmp_dir.join(file))?);
         }
         let meta = PartMeta {
             format_version: meta::FORMAT_VERSION,
@@ -140,19 +132,12 @@ impl PartWriter {
             files,
         };
         let meta_path = self.tmp_dir.join(META_FILE);
-        let json = serde_json::to_vec_pretty(&meta).map_err(|source| EngineError::Metadata {
-            path: meta_path.clone(),
-            source,
-        })?;
+        let json = serde_json::to_vec_pretty(&meta)
+            .map_err(|source| EngineError::Metadata { path: meta_path.clone(), source })?;
         write_synced(&meta_path, &json)?;
         sync_dir(&self.tmp_dir)?;
         let tmp_dir = std::mem::take(&mut self.tmp_dir);
-        Ok(ClosedPart {
-            table_dir: self.table_dir,
-            tmp_dir,
-            meta,
-            index,
-        })
+        Ok(ClosedPart { table_dir: self.table_dir, tmp_dir, meta, index })
     }
 }
 

@@ -36,31 +36,18 @@ pub fn sort_by_key(batch: &RecordBatch, key_columns: &[usize]) -> Result<RecordB
     if key_columns.is_empty() || batch.num_rows() < 2 {
         return Ok(batch.clone());
     }
-    let fields = key_columns
-        .iter()
-        .map(|&c| SortField::new(batch.schema().field(c).data_type().clone()))
-        .collect();
+    let fields = key_columns.iter().map(|&c| SortField::new(batch.schema().field(c).data_type().clone())).collect();
     let converter = RowConverter::new(fields)?;
-    let keys: Vec<_> = key_columns
-        .iter()
-        .map(|&c| batch.column(c).clone())
-        .collect();
+    let keys: Vec<_> = key_columns.iter().map(|&c| batch.column(c).clone()).collect();
     let rows = converter.convert_columns(&keys)?;
     if (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i)) {
         return Ok(batch.clone());
     }
     let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
-    order.sort_unstable_by(|&a, &b| {
-        rows.row(a as usize)
-            .cmp(&rows.row(b as usize))
-            .then(a.cmp(&b))
-    });
+    order.sort_unstable_by(|&a, &b| rows.row(a as usize).cmp(&rows.row(b as usize)).then(a.cmp(&b)));
     let indices = UInt32Array::from(order);
-    let columns = batch
-        .columns()
-        .iter()
-        .map(|c| take(c.as_ref(), &indices, None))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let columns =
+        batch.columns().iter().map(|c| take(c.as_ref(), &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
@@ -69,10 +56,7 @@ impl Table {
     /// every part is durable and active.
     pub fn insert(&self, batch: RecordBatch, options: &InsertOptions) -> Result<InsertSummary> {
         self.check_block(&batch)?;
-        let mut summary = InsertSummary {
-            rows: batch.num_rows(),
-            ..Default::default()
-        };
+        let mut summary = InsertSummary { rows: batch.num_rows(), ..Default::default() };
         if batch.num_rows() == 0 {
             return Ok(summary);
         }
@@ -119,10 +103,7 @@ impl Table {
     }
 
     fn check_block(&self, batch: &RecordBatch) -> Result<()> {
-        let bad = |message: String| EngineError::BadInsert {
-            table: self.def.name.clone(),
-            message,
-        };
+        let bad = |message: String| EngineError::BadInsert { table: self.def.name.clone(), message };
         if batch.num_columns() != self.schema.fields().len() {
             return Err(bad(format!(
                 "block has {} columns, the table has {}",
@@ -140,10 +121,7 @@ impl Table {
                 )));
             }
             if !field.is_nullable() && column.null_count() > 0 {
-                return Err(bad(format!(
-                    "column {} is not Nullable but the block holds NULL",
-                    field.name()
-                )));
+                return Err(bad(format!("column {} is not Nullable but the block holds NULL", field.name())));
             }
         }
         Ok(())
@@ -156,12 +134,7 @@ impl Table {
         }
         let algorithm = build_algorithm(&self.def, &self.schema, AlgorithmOptions::default())?;
         let source: SortedStream = Box::new(std::iter::once(Ok(sorted)));
-        let merge = SortedMerge::new(
-            self.schema.clone(),
-            self.key_columns.clone(),
-            vec![(source, false)],
-            algorithm,
-        )?;
+        let merge = SortedMerge::new(self.schema.clone(), self.key_columns.clone(), vec![(source, false)], algorithm)?;
         for batch in merge {
             writer.write(&batch?)?;
         }
@@ -218,22 +191,14 @@ impl Table {
 
     fn activate(&self, part: DataPart) {
         let mut state = self.lock_state();
-        let at = state
-            .active
-            .partition_point(|p| p.name.insertion_order(&part.name).is_lt());
+        let at = state.active.partition_point(|p| p.name.insertion_order(&part.name).is_lt());
         state.active.insert(at, Arc::new(part));
     }
 
     /// `parts_to_delay_insert` / `parts_to_throw_insert` for one partition.
     fn wait_for_parts_limit(&self, partition_id: &str) -> Result<()> {
         let settings = &self.def.settings;
-        let count = || {
-            self.lock_state()
-                .active
-                .iter()
-                .filter(|p| p.name.partition_id == partition_id)
-                .count()
-        };
+        let count = || self.lock_state().active.iter().filter(|p| p.name.partition_id == partition_id).count();
         let parts = count();
         if parts as u64 >= settings.parts_to_throw_insert {
             return Err(EngineError::TooManyParts {
@@ -246,8 +211,7 @@ impl Table {
         if parts as u64 >= settings.parts_to_delay_insert {
             // ClickHouse's delay grows with how far past the delay threshold the partition is.
             let over = (parts as u64 - settings.parts_to_delay_insert + 1) as f64;
-            let span =
-                (settings.parts_to_throw_insert - settings.parts_to_delay_insert).max(1) as f64;
+            let span = (settings.parts_to_throw_insert - settings.parts_to_delay_insert).max(1) as f64;
             let delay = settings.max_delay_to_insert as f64 * 1000.0 * (over / span).min(1.0);
             debug!(table = %self.def.name, partition_id, parts, delay_ms = delay, "delaying insert");
             metrics::counter!("mergestream_engine_delayed_inserts_total").increment(1);
@@ -271,9 +235,5 @@ fn block_hash(block: &RecordBatch) -> Result<u128> {
 fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "{}_{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }

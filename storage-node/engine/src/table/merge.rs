@@ -7,9 +7,7 @@ use tracing::{debug, info};
 use super::Table;
 use crate::error::{EngineError, Result};
 use crate::merge::select::PartSize;
-use crate::merge::{
-    build_algorithm, AlgorithmOptions, SortedMerge, SortedStream, MERGE_BLOCK_ROWS,
-};
+use crate::merge::{build_algorithm, AlgorithmOptions, SortedMerge, SortedStream, MERGE_BLOCK_ROWS};
 use crate::part::{name::PartName, DataPart, PartWriter};
 use crate::schema::EngineKind;
 
@@ -42,13 +40,8 @@ impl Table {
                 end += 1;
             }
             if end > start + 1 {
-                let sizes: Vec<PartSize> = active[start..end]
-                    .iter()
-                    .map(|p| PartSize {
-                        bytes: p.bytes_on_disk,
-                        rows: p.rows(),
-                    })
-                    .collect();
+                let sizes: Vec<PartSize> =
+                    active[start..end].iter().map(|p| PartSize { bytes: p.bytes_on_disk, rows: p.rows() }).collect();
                 if let Some(range) = self.selector.select(&sizes) {
                     chosen = Some(active[start + range.start..start + range.end].to_vec());
                     break;
@@ -75,11 +68,7 @@ impl Table {
     }
 
     /// Merges `parts` (adjacent, one partition, already marked merging) into one part.
-    pub fn run_merge(
-        &self,
-        parts: Vec<Arc<DataPart>>,
-        options: AlgorithmOptions,
-    ) -> Result<PartName> {
+    pub fn run_merge(&self, parts: Vec<Arc<DataPart>>, options: AlgorithmOptions) -> Result<PartName> {
         let result = self.write_merged(&parts, options);
         let mut state = self.lock_state();
         for part in &parts {
@@ -94,12 +83,8 @@ impl Table {
             }
         };
         let name = merged.name.clone();
-        state
-            .active
-            .retain(|p| !parts.iter().any(|s| Arc::ptr_eq(p, s)));
-        let at = state
-            .active
-            .partition_point(|p| p.name.insertion_order(&name).is_lt());
+        state.active.retain(|p| !parts.iter().any(|s| Arc::ptr_eq(p, s)));
+        let at = state.active.partition_point(|p| p.name.insertion_order(&name).is_lt());
         state.active.insert(at, Arc::new(merged));
         for part in parts {
             part.mark_outdated();
@@ -127,18 +112,12 @@ impl Table {
         let sources = parts
             .iter()
             .map(|p| {
-                let stream =
-                    Box::new(p.reader()?.batch_size(MERGE_BLOCK_ROWS).build()?) as SortedStream;
+                let stream = Box::new(p.reader()?.batch_size(MERGE_BLOCK_ROWS).build()?) as SortedStream;
                 Ok((stream, p.name.level > 0))
             })
             .collect::<Result<Vec<_>>>()?;
         let algorithm = build_algorithm(&self.def, &self.schema, options)?;
-        let merge = SortedMerge::new(
-            self.schema.clone(),
-            self.key_columns.clone(),
-            sources,
-            algorithm,
-        )?;
+        let merge = SortedMerge::new(self.schema.clone(), self.key_columns.clone(), sources, algorithm)?;
         let mut writer = PartWriter::create(
             &self.dir,
             &format!("merge_{name}"),
@@ -165,52 +144,28 @@ impl Table {
     /// `OPTIMIZE TABLE`: without FINAL one selected merge; with FINAL every partition (or the
     /// given one) merged into one part, a single part rewritten too, as ClickHouse does.
     pub fn optimize(&self, request: &OptimizeRequest) -> Result<()> {
-        let bad = |message: &str| EngineError::BadOptimize {
-            table: self.def.name.clone(),
-            message: message.into(),
-        };
+        let bad = |message: &str| EngineError::BadOptimize { table: self.def.name.clone(), message: message.into() };
         if request.cleanup {
             if !matches!(self.def.engine, EngineKind::ReplacingMergeTree { .. }) {
-                return Err(bad(
-                    "Cannot OPTIMIZE with CLEANUP table: only ReplacingMergeTree can be CLEANUP",
-                ));
+                return Err(bad("Cannot OPTIMIZE with CLEANUP table: only ReplacingMergeTree can be CLEANUP"));
             }
-            if !self
-                .def
-                .settings
-                .allow_experimental_replacing_merge_with_cleanup
-            {
+            if !self.def.settings.allow_experimental_replacing_merge_with_cleanup {
                 return Err(bad("Experimental merges with CLEANUP are not allowed"));
             }
         }
         if !request.final_merge {
             if self.merges_stopped() {
                 let parts = self.snapshot();
-                let mergeable = parts
-                    .windows(2)
-                    .any(|w| w[0].name.partition_id == w[1].name.partition_id);
-                return if mergeable {
-                    Err(bad("Cancelled merging parts"))
-                } else {
-                    Ok(())
-                };
+                let mergeable = parts.windows(2).any(|w| w[0].name.partition_id == w[1].name.partition_id);
+                return if mergeable { Err(bad("Cancelled merging parts")) } else { Ok(()) };
             }
             return self.merge_once().map(|_| ());
         }
-        let options = AlgorithmOptions {
-            cleanup: request.cleanup,
-            final_read: false,
-        };
+        let options = AlgorithmOptions { cleanup: request.cleanup, final_read: false };
         let partitions: Vec<String> = {
-            let mut ids: Vec<String> = self
-                .snapshot()
-                .iter()
-                .map(|p| p.name.partition_id.clone())
-                .collect();
+            let mut ids: Vec<String> = self.snapshot().iter().map(|p| p.name.partition_id.clone()).collect();
             ids.dedup();
-            ids.into_iter()
-                .filter(|id| request.partition_id.as_ref().is_none_or(|want| want == id))
-                .collect()
+            ids.into_iter().filter(|id| request.partition_id.as_ref().is_none_or(|want| want == id)).collect()
         };
         for partition_id in partitions {
             let parts = self.take_partition_for_merge(&partition_id)?;
@@ -231,24 +186,15 @@ impl Table {
                     message: "Cancelled merging parts".into(),
                 });
             }
-            let busy = state
-                .active
-                .iter()
-                .any(|p| p.name.partition_id == partition_id && state.merging.contains(&p.name));
+            let busy =
+                state.active.iter().any(|p| p.name.partition_id == partition_id && state.merging.contains(&p.name));
             if !busy {
                 break;
             }
-            state = self
-                .merge_done
-                .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
+            state = self.merge_done.wait(state).unwrap_or_else(|p| p.into_inner());
         }
-        let parts: Vec<Arc<DataPart>> = state
-            .active
-            .iter()
-            .filter(|p| p.name.partition_id == partition_id)
-            .cloned()
-            .collect();
+        let parts: Vec<Arc<DataPart>> =
+            state.active.iter().filter(|p| p.name.partition_id == partition_id).cloned().collect();
         for part in &parts {
             state.merging.insert(part.name.clone());
         }
@@ -262,10 +208,7 @@ impl Table {
         let mut state = self.lock_state();
         state.merges_stopped = true;
         while !state.merging.is_empty() {
-            state = self
-                .merge_done
-                .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
+            state = self.merge_done.wait(state).unwrap_or_else(|p| p.into_inner());
         }
     }
 }

@@ -78,10 +78,8 @@ impl Table {
         std::fs::create_dir_all(dir).map_err(EngineError::io(dir))?;
         let stored = StoredTableDef::from(&def);
         let path = dir.join(TABLE_DEF_FILE);
-        let json = serde_json::to_vec_pretty(&stored).map_err(|source| EngineError::Metadata {
-            path: path.clone(),
-            source,
-        })?;
+        let json = serde_json::to_vec_pretty(&stored)
+            .map_err(|source| EngineError::Metadata { path: path.clone(), source })?;
         let tmp = dir.join(format!("{TABLE_DEF_FILE}.tmp"));
         crate::part::write_synced(&tmp, &json)?;
         std::fs::rename(&tmp, &path).map_err(EngineError::io(&path))?;
@@ -95,19 +93,15 @@ impl Table {
         let path = dir.join(TABLE_DEF_FILE);
         let bytes = std::fs::read(&path).map_err(EngineError::io(&path))?;
         let stored: StoredTableDef =
-            serde_json::from_slice(&bytes).map_err(|source| EngineError::Metadata {
-                path: path.clone(),
-                source,
-            })?;
+            serde_json::from_slice(&bytes).map_err(|source| EngineError::Metadata { path: path.clone(), source })?;
         let def = stored.into_def()?;
         let schema = def.arrow_schema();
         let key_columns = def
             .sorting_key()
             .iter()
             .map(|k| {
-                def.column_index(k).ok_or_else(|| {
-                    EngineError::BadTableDefinition(format!("sorting key column {k} is missing"))
-                })
+                def.column_index(k)
+                    .ok_or_else(|| EngineError::BadTableDefinition(format!("sorting key column {k} is missing")))
             })
             .collect::<Result<Vec<_>>>()?;
 
@@ -132,15 +126,10 @@ impl Table {
         }
         parts.sort_by(|a, b| a.name.insertion_order(&b.name));
         let max_block = parts.iter().map(|p| p.name.max_block).max().unwrap_or(0);
-        let dedup_ids = parts
-            .iter()
-            .filter_map(|p| p.meta.dedup_id.clone())
-            .collect();
+        let dedup_ids = parts.iter().filter_map(|p| p.meta.dedup_id.clone()).collect();
         let (active, covered): (Vec<_>, Vec<_>) = {
             let names: Vec<PartName> = parts.iter().map(|p| p.name.clone()).collect();
-            parts
-                .into_iter()
-                .partition(|p| !names.iter().any(|n| n.covers(&p.name)))
+            parts.into_iter().partition(|p| !names.iter().any(|n| n.covers(&p.name)))
         };
         for part in covered {
             // A merge finished but crashed before removing its sources.
@@ -163,10 +152,7 @@ impl Table {
             key_columns,
             committer,
             commit_lock: Mutex::new(()),
-            state: Mutex::new(TableState {
-                active: active.into_iter().map(Arc::new).collect(),
-                ..Default::default()
-            }),
+            state: Mutex::new(TableState { active: active.into_iter().map(Arc::new).collect(), ..Default::default() }),
             merge_done: Condvar::new(),
             selector,
             def,
@@ -224,21 +210,15 @@ impl Table {
             bytes_on_disk: part.bytes_on_disk,
             modification_time: part.meta.modification_time,
         };
-        state
-            .active
-            .iter()
-            .map(|p| info(p, true))
-            .chain(state.outdated.iter().map(|p| info(p, false)))
-            .collect()
+        state.active.iter().map(|p| info(p, true)).chain(state.outdated.iter().map(|p| info(p, false))).collect()
     }
 
     /// Deletes outdated parts that no reader holds any more.
     pub fn remove_unused_outdated(&self) {
         let unused: Vec<Arc<DataPart>> = {
             let mut state = self.lock_state();
-            let (unused, kept) = std::mem::take(&mut state.outdated)
-                .into_iter()
-                .partition(|p| Arc::strong_count(p) == 1);
+            let (unused, kept) =
+                std::mem::take(&mut state.outdated).into_iter().partition(|p| Arc::strong_count(p) == 1);
             state.outdated = kept;
             unused
         };

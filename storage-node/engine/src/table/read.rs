@@ -10,9 +10,7 @@ use arrow_row::{RowConverter, SortField};
 
 use super::Table;
 use crate::error::{EngineError, Result};
-use crate::merge::{
-    build_algorithm, AlgorithmOptions, SortedMerge, SortedStream, MERGE_BLOCK_ROWS,
-};
+use crate::merge::{build_algorithm, AlgorithmOptions, SortedMerge, SortedStream, MERGE_BLOCK_ROWS};
 use crate::part::DataPart;
 use crate::schema::EngineKind;
 
@@ -47,11 +45,7 @@ pub struct ReadOptions {
 impl Table {
     /// The output schema of a read.
     pub fn read_schema(&self, options: &ReadOptions) -> SchemaRef {
-        let mut fields: Vec<Field> = options
-            .columns
-            .iter()
-            .map(|&c| self.schema.field(c).clone())
-            .collect();
+        let mut fields: Vec<Field> = options.columns.iter().map(|&c| self.schema.field(c).clone()).collect();
         if options.with_part_column {
             fields.push(Field::new(PART_COLUMN, ArrowType::Utf8, false));
         }
@@ -69,12 +63,7 @@ impl Table {
             if ranges.is_empty() {
                 continue;
             }
-            streams.push(part_stream(
-                &part,
-                &options.columns,
-                Some(&ranges),
-                options.with_part_column,
-            )?);
+            streams.push(part_stream(&part, &options.columns, Some(&ranges), options.with_part_column)?);
         }
         Ok(streams)
     }
@@ -89,34 +78,24 @@ impl Table {
                 message: "Storage MergeTree doesn't support FINAL".into(),
             });
         }
-        if options.with_part_column {
-            return Err(EngineError::BadOptimize {
-                table: self.def.name.clone(),
-                message: "the _part column is not supported with FINAL yet".into(),
-            });
-        }
         let merge_columns = self.final_columns(&options.columns);
-        let merge_schema = Arc::new(self.schema.project(&merge_columns)?);
-        let key_columns: Vec<usize> = self
-            .key_columns
-            .iter()
-            .map(|k| {
-                merge_columns
-                    .iter()
-                    .position(|c| c == k)
-                    .unwrap_or_default()
-            })
-            .collect();
-        let out_positions: Vec<usize> = options
-            .columns
-            .iter()
-            .map(|c| {
-                merge_columns
-                    .iter()
-                    .position(|m| m == c)
-                    .unwrap_or_default()
-            })
-            .collect();
+        // `_part` rides along as the last column: each surviving row names its part.
+        let part_column = options.with_part_column;
+        let merge_schema = {
+            let projected = self.schema.project(&merge_columns)?;
+            let mut fields: Vec<Field> = projected.fields().iter().map(|f| f.as_ref().clone()).collect();
+            if part_column {
+                fields.push(Field::new(PART_COLUMN, ArrowType::Utf8, false));
+            }
+            Arc::new(Schema::new(fields))
+        };
+        let key_columns: Vec<usize> =
+            self.key_columns.iter().map(|k| merge_columns.iter().position(|c| c == k).unwrap_or_default()).collect();
+        let mut out_positions: Vec<usize> =
+            options.columns.iter().map(|c| merge_columns.iter().position(|m| m == c).unwrap_or_default()).collect();
+        if part_column {
+            out_positions.push(merge_columns.len());
+        }
         let filter = self.visibility_filter(&merge_schema);
 
         let parts = self.snapshot();
@@ -136,7 +115,7 @@ impl Table {
         for group in groups {
             for component in overlapping_components(&group, &self.schema, &self.key_columns)? {
                 if component.len() == 1 {
-                    let stream = part_stream(&component[0], &merge_columns, None, false)?;
+                    let stream = part_stream(&component[0], &merge_columns, None, part_column)?;
                     pieces.push(match &filter {
                         Some(f) => apply_filter(stream, *f),
                         None => stream,
@@ -145,34 +124,16 @@ impl Table {
                 }
                 let sources = component
                     .iter()
-                    .map(|p| {
-                        Ok((
-                            part_stream(p, &merge_columns, None, false)?,
-                            p.name.level > 0,
-                        ))
-                    })
+                    .map(|p| Ok((part_stream(p, &merge_columns, None, part_column)?, p.name.level > 0)))
                     .collect::<Result<Vec<_>>>()?;
-                let algorithm = build_algorithm(
-                    &self.def,
-                    &merge_schema,
-                    AlgorithmOptions {
-                        cleanup: true,
-                        final_read: true,
-                    },
-                )?;
-                let merge = SortedMerge::new(
-                    merge_schema.clone(),
-                    key_columns.clone(),
-                    sources,
-                    algorithm,
-                )?;
+                let algorithm =
+                    build_algorithm(&self.def, &merge_schema, AlgorithmOptions { cleanup: true, final_read: true })?;
+                let merge = SortedMerge::new(merge_schema.clone(), key_columns.clone(), sources, algorithm)?;
                 pieces.push(Box::new(merge));
             }
         }
         let positions = out_positions;
-        Ok(Box::new(pieces.into_iter().flatten().map(move |batch| {
-            batch.and_then(|b| Ok(b.project(&positions)?))
-        })))
+        Ok(Box::new(pieces.into_iter().flatten().map(move |batch| batch.and_then(|b| Ok(b.project(&positions)?)))))
     }
 
     /// Columns a FINAL merge needs: the requested ones, the key, the engine's columns. Like
@@ -181,10 +142,7 @@ impl Table {
     fn final_columns(&self, requested: &[usize]) -> Vec<usize> {
         let mut names: Vec<&str> = Vec::new();
         match &self.def.engine {
-            EngineKind::ReplacingMergeTree {
-                version,
-                is_deleted,
-            } => {
+            EngineKind::ReplacingMergeTree { version, is_deleted } => {
                 names.extend(version.as_deref());
                 names.extend(is_deleted.as_deref());
             }
@@ -206,14 +164,10 @@ impl Table {
     /// What FINAL hides when a part is read without merging.
     fn visibility_filter(&self, schema: &SchemaRef) -> Option<VisibilityFilter> {
         match &self.def.engine {
-            EngineKind::ReplacingMergeTree {
-                is_deleted: Some(d),
-                ..
-            } => schema.index_of(d).ok().map(VisibilityFilter::NotDeleted),
-            EngineKind::CollapsingMergeTree { sign } => schema
-                .index_of(sign)
-                .ok()
-                .map(VisibilityFilter::PositiveSign),
+            EngineKind::ReplacingMergeTree { is_deleted: Some(d), .. } => {
+                schema.index_of(d).ok().map(VisibilityFilter::NotDeleted)
+            }
+            EngineKind::CollapsingMergeTree { sign } => schema.index_of(sign).ok().map(VisibilityFilter::PositiveSign),
             _ => None,
         }
     }
@@ -230,9 +184,7 @@ fn apply_filter(stream: SortedStream, filter: VisibilityFilter) -> SortedStream 
         let batch = batch?;
         let keep: BooleanArray = match filter {
             VisibilityFilter::NotDeleted(c) => {
-                let col = batch
-                    .column(c)
-                    .as_primitive::<arrow::datatypes::UInt8Type>();
+                let col = batch.column(c).as_primitive::<arrow::datatypes::UInt8Type>();
                 col.iter().map(|v| Some(v == Some(0))).collect()
             }
             VisibilityFilter::PositiveSign(c) => {
@@ -268,12 +220,7 @@ fn part_stream(
     Ok(Box::new(batches.map(move |batch| {
         let _ = &holder;
         let batch = batch?;
-        let mut fields: Vec<Field> = batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
+        let mut fields: Vec<Field> = batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new(PART_COLUMN, ArrowType::Utf8, false));
         let mut arrays = batch.columns().to_vec();
         arrays.push(Arc::new(StringArray::from(vec![name.as_str(); batch.num_rows()])) as ArrayRef);
@@ -292,23 +239,10 @@ fn matching_granules(part: &DataPart, range: &KeyRange) -> Result<Vec<Range<usiz
         if b.value.data_type() != marks.data_type() || b.value.is_empty() {
             return Ok(None);
         }
-        Ok(Some(
-            converter
-                .convert_columns(std::slice::from_ref(&b.value))?
-                .row(0)
-                .owned(),
-        ))
+        Ok(Some(converter.convert_columns(std::slice::from_ref(&b.value))?.row(0).owned()))
     };
-    let lower = range
-        .lower
-        .as_ref()
-        .map(|b| bound(b).map(|r| (r, b.inclusive)))
-        .transpose()?;
-    let upper = range
-        .upper
-        .as_ref()
-        .map(|b| bound(b).map(|r| (r, b.inclusive)))
-        .transpose()?;
+    let lower = range.lower.as_ref().map(|b| bound(b).map(|r| (r, b.inclusive))).transpose()?;
+    let upper = range.upper.as_ref().map(|b| bound(b).map(|r| (r, b.inclusive))).transpose()?;
     let granules = rows.div_ceil(granularity);
     let mut out: Vec<Range<usize>> = Vec::new();
     for g in 0..granules {
@@ -356,10 +290,7 @@ fn overlapping_components(
     if parts.len() < 2 {
         return Ok(parts.iter().map(|p| vec![p.clone()]).collect());
     }
-    let fields = key_columns
-        .iter()
-        .map(|&c| SortField::new(schema.field(c).data_type().clone()))
-        .collect();
+    let fields = key_columns.iter().map(|&c| SortField::new(schema.field(c).data_type().clone())).collect();
     let converter = RowConverter::new(fields)?;
     let mut ranges = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
@@ -368,11 +299,7 @@ fn overlapping_components(
             continue;
         }
         let rows = converter.convert_columns(index.columns())?;
-        ranges.push((
-            rows.row(0).owned(),
-            rows.row(rows.num_rows() - 1).owned(),
-            i,
-        ));
+        ranges.push((rows.row(0).owned(), rows.row(rows.num_rows() - 1).owned(), i));
     }
     ranges.sort_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)));
     let mut components: Vec<Vec<usize>> = Vec::new();

@@ -14,14 +14,8 @@ fn def(settings: TableSettings) -> TableDef {
     TableDef {
         name: "t".into(),
         columns: vec![
-            ColumnDef {
-                name: "k".into(),
-                ty: ChType::UInt64,
-            },
-            ColumnDef {
-                name: "v".into(),
-                ty: ChType::UInt64,
-            },
+            ColumnDef { name: "k".into(), ty: ChType::UInt64 },
+            ColumnDef { name: "v".into(), ty: ChType::UInt64 },
         ],
         engine: EngineKind::MergeTree,
         partition_by: None,
@@ -38,39 +32,19 @@ fn block(table: &Table, keys: std::ops::Range<u64>) -> RecordBatch {
 }
 
 fn rows(streams: Vec<crate::merge::SortedStream>) -> u64 {
-    streams
-        .into_iter()
-        .flatten()
-        .map(|b| b.expect("batch").num_rows() as u64)
-        .sum()
+    streams.into_iter().flatten().map(|b| b.expect("batch").num_rows() as u64).sum()
 }
 
 #[test]
 fn outdated_parts_stay_on_disk_while_a_reader_holds_them() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let table =
-        Table::create(&dir.path().join("t"), def(TableSettings::default())).expect("create");
-    table
-        .insert(block(&table, 0..10), &InsertOptions::default())
-        .expect("insert");
-    table
-        .insert(block(&table, 10..20), &InsertOptions::default())
-        .expect("insert");
+    let table = Table::create(&dir.path().join("t"), def(TableSettings::default())).expect("create");
+    table.insert(block(&table, 0..10), &InsertOptions::default()).expect("insert");
+    table.insert(block(&table, 10..20), &InsertOptions::default()).expect("insert");
     let reader = table.snapshot();
-    table
-        .optimize(&OptimizeRequest {
-            partition_id: None,
-            final_merge: true,
-            cleanup: false,
-        })
-        .expect("optimize");
+    table.optimize(&OptimizeRequest { partition_id: None, final_merge: true, cleanup: false }).expect("optimize");
     assert!(reader.iter().all(|p| p.is_outdated() && p.dir.exists()));
-    let names: Vec<String> = table
-        .parts_info()
-        .iter()
-        .filter(|p| p.active)
-        .map(|p| p.name.clone())
-        .collect();
+    let names: Vec<String> = table.parts_info().iter().filter(|p| p.active).map(|p| p.name.clone()).collect();
     assert_eq!(names, vec!["all_1_2_1"]);
     let old_dirs: Vec<_> = reader.iter().map(|p| p.dir.clone()).collect();
     drop(reader);
@@ -83,12 +57,8 @@ fn restart_drops_parts_covered_by_a_merge_and_temporary_ones() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t");
     let table = Table::create(&path, def(TableSettings::default())).expect("create");
-    table
-        .insert(block(&table, 0..10), &InsertOptions::default())
-        .expect("insert");
-    table
-        .insert(block(&table, 10..20), &InsertOptions::default())
-        .expect("insert");
+    table.insert(block(&table, 0..10), &InsertOptions::default()).expect("insert");
+    table.insert(block(&table, 10..20), &InsertOptions::default()).expect("insert");
     let sources = table.snapshot();
     // A merge that finished writing its part but crashed before removing the sources.
     let copy = |from: &std::path::Path, to: &std::path::Path| {
@@ -98,13 +68,7 @@ fn restart_drops_parts_covered_by_a_merge_and_temporary_ones() {
             std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
         }
     };
-    table
-        .optimize(&OptimizeRequest {
-            partition_id: None,
-            final_merge: true,
-            cleanup: false,
-        })
-        .expect("optimize");
+    table.optimize(&OptimizeRequest { partition_id: None, final_merge: true, cleanup: false }).expect("optimize");
     let saved = dir.path().join("saved");
     for part in &sources {
         copy(&part.dir, &saved.join(part.name.to_string()));
@@ -117,60 +81,28 @@ fn restart_drops_parts_covered_by_a_merge_and_temporary_ones() {
     }
     std::fs::create_dir_all(path.join("tmp_insert_all_9")).expect("tmp");
     let reopened = Table::open(&path).expect("reopen");
-    let active: Vec<String> = reopened
-        .parts_info()
-        .iter()
-        .map(|p| p.name.clone())
-        .collect();
+    let active: Vec<String> = reopened.parts_info().iter().map(|p| p.name.clone()).collect();
     assert_eq!(active, vec!["all_1_2_1"]);
     assert!(!path.join("tmp_insert_all_9").exists() && !path.join("all_1_1_0").exists());
-    assert_eq!(
-        rows(
-            reopened
-                .scan(&ReadOptions {
-                    columns: vec![0, 1],
-                    ..Default::default()
-                })
-                .expect("scan")
-        ),
-        20
-    );
+    assert_eq!(rows(reopened.scan(&ReadOptions { columns: vec![0, 1], ..Default::default() }).expect("scan")), 20);
 }
 
 #[test]
 fn primary_key_range_reads_only_matching_granules() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let settings = TableSettings {
-        index_granularity: 100,
-        ..Default::default()
-    };
+    let settings = TableSettings { index_granularity: 100, ..Default::default() };
     let table = Table::create(&dir.path().join("t"), def(settings)).expect("create");
-    table
-        .insert(block(&table, 0..10_000), &InsertOptions::default())
-        .expect("insert");
-    let bound = |v: u64, inclusive| KeyBound {
-        value: Arc::new(UInt64Array::from(vec![v])),
-        inclusive,
-    };
+    table.insert(block(&table, 0..10_000), &InsertOptions::default()).expect("insert");
+    let bound = |v: u64, inclusive| KeyBound { value: Arc::new(UInt64Array::from(vec![v])), inclusive };
     let options = ReadOptions {
         columns: vec![0],
-        key_range: Some(KeyRange {
-            lower: Some(bound(5_050, true)),
-            upper: Some(bound(5_120, false)),
-        }),
+        key_range: Some(KeyRange { lower: Some(bound(5_050, true)), upper: Some(bound(5_120, false)) }),
         ..Default::default()
     };
-    let batches: Vec<RecordBatch> = table
-        .scan(&options)
-        .expect("scan")
-        .into_iter()
-        .flatten()
-        .map(|b| b.expect("b"))
-        .collect();
-    let keys: Vec<u64> = batches
-        .iter()
-        .flat_map(|b| b.column(0).as_primitive::<UInt64Type>().values().to_vec())
-        .collect();
+    let batches: Vec<RecordBatch> =
+        table.scan(&options).expect("scan").into_iter().flatten().map(|b| b.expect("b")).collect();
+    let keys: Vec<u64> =
+        batches.iter().flat_map(|b| b.column(0).as_primitive::<UInt64Type>().values().to_vec()).collect();
     // Granules 50 and 51 hold 5000..5199: two granules read instead of a hundred.
     assert_eq!(keys.len(), 200);
     assert_eq!((keys[0], keys[keys.len() - 1]), (5_000, 5_199));
@@ -188,18 +120,8 @@ fn too_many_parts_fails_the_insert() {
     let table = Table::create(&dir.path().join("t"), def(settings)).expect("create");
     table.stop_merges();
     for i in 0..3 {
-        table
-            .insert(
-                block(&table, i * 10..i * 10 + 10),
-                &InsertOptions::default(),
-            )
-            .expect("insert");
+        table.insert(block(&table, i * 10..i * 10 + 10), &InsertOptions::default()).expect("insert");
     }
-    let err = table
-        .insert(block(&table, 100..110), &InsertOptions::default())
-        .expect_err("too many parts");
-    assert!(
-        matches!(err, EngineError::TooManyParts { parts: 3, .. }),
-        "{err}"
-    );
+    let err = table.insert(block(&table, 100..110), &InsertOptions::default()).expect_err("too many parts");
+    assert!(matches!(err, EngineError::TooManyParts { parts: 3, .. }), "{err}");
 }

@@ -11,8 +11,8 @@ use datafusion::common::{exec_err, plan_err, ScalarValue};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, ReturnFieldArgs,
-    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Volatility,
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, TypeSignature, Volatility,
 };
 use mergestream_engine::aggregate::{AggValue, AggregateFunction, State, STATE_FUNCTIONS};
 use mergestream_engine::types::CH_TYPE_KEY;
@@ -57,19 +57,10 @@ fn ch_type_of(field: &Field) -> DfResult<ChType> {
         ArrowType::Timestamp(TimeUnit::Millisecond, _) => ChType::DateTime64(3),
         ArrowType::Timestamp(TimeUnit::Microsecond, _) => ChType::DateTime64(6),
         ArrowType::Timestamp(TimeUnit::Nanosecond, _) => ChType::DateTime64(9),
-        ArrowType::Decimal128(p, s) => ChType::Decimal {
-            precision: *p,
-            scale: *s as u8,
-        },
-        other => {
-            return plan_err!("values of type {other} cannot go into an aggregate function state")
-        }
+        ArrowType::Decimal128(p, s) => ChType::Decimal { precision: *p, scale: *s as u8 },
+        other => return plan_err!("values of type {other} cannot go into an aggregate function state"),
     };
-    Ok(if field.is_nullable() {
-        ChType::Nullable(Box::new(base))
-    } else {
-        base
-    })
+    Ok(if field.is_nullable() { ChType::Nullable(Box::new(base)) } else { base })
 }
 
 /// The function whose states a field holds.
@@ -98,23 +89,14 @@ fn to_input_value(value: AggValue, ty: &ChType) -> Value {
             ChType::Bool => Value::Bool(i != 0),
             _ => Value::Number(i.to_string()),
         },
-        AggValue::Float(f) => Value::Number(if f.is_nan() {
-            "nan".into()
-        } else {
-            format!("{f:e}")
-        }),
+        AggValue::Float(f) => Value::Number(if f.is_nan() { "nan".into() } else { format!("{f:e}") }),
         AggValue::Bytes(b) => Value::Str(String::from_utf8_lossy(&b).into_owned()),
         AggValue::Array(items) => {
             let item_type = match ty.value_type() {
                 ChType::Array(t) => (**t).clone(),
                 other => other.clone(),
             };
-            Value::Array(
-                items
-                    .into_iter()
-                    .map(|v| to_input_value(v, &item_type))
-                    .collect(),
-            )
+            Value::Array(items.into_iter().map(|v| to_input_value(v, &item_type)).collect())
         }
     }
 }
@@ -124,11 +106,7 @@ fn decimal_text(raw: i128, scale: u8) -> String {
     let scale = scale as usize;
     let padded = format!("{digits:0>width$}", width = scale + 1);
     let (whole, frac) = padded.split_at(padded.len() - scale);
-    format!(
-        "{}{whole}{}{frac}",
-        if raw < 0 { "-" } else { "" },
-        if scale > 0 { "." } else { "" }
-    )
+    format!("{}{whole}{}{frac}", if raw < 0 { "-" } else { "" }, if scale > 0 { "." } else { "" })
 }
 
 /// Finalized values as a column of the function's result type.
@@ -136,11 +114,7 @@ fn finalized_column(function: &AggregateFunction, values: Vec<AggValue>) -> DfRe
     let ty = function.result_type();
     let values: Vec<Value> = values.into_iter().map(|v| to_input_value(v, &ty)).collect();
     let nullable = values.contains(&Value::Null);
-    let ty = if nullable && !ty.is_nullable() {
-        ChType::Nullable(Box::new(ty))
-    } else {
-        ty
-    };
+    let ty = if nullable && !ty.is_nullable() { ChType::Nullable(Box::new(ty)) } else { ty };
     column_from_values(&ty, &values).map_err(DataFusionError::Execution)
 }
 
@@ -149,9 +123,7 @@ fn decode(array: &dyn Array, row: usize) -> DfResult<Option<State>> {
         return Ok(None);
     }
     let bytes = array.as_binary::<i32>().value(row);
-    State::decode(bytes)
-        .map(Some)
-        .map_err(|e| DataFusionError::Execution(e.to_string()))
+    State::decode(bytes).map(Some).map_err(|e| DataFusionError::Execution(e.to_string()))
 }
 
 /// `fState(args…)`: the state of `f` over the group, as AggregateFunction(f, T…) bytes.
@@ -179,12 +151,8 @@ impl StateFunction {
     }
 
     fn aggregate_function(&self, fields: &[FieldRef]) -> DfResult<AggregateFunction> {
-        let args = fields
-            .iter()
-            .map(|f| ch_type_of(f))
-            .collect::<DfResult<Vec<_>>>()?;
-        AggregateFunction::new(&self.function, args)
-            .map_err(|e| DataFusionError::Plan(e.to_string()))
+        let args = fields.iter().map(|f| ch_type_of(f)).collect::<DfResult<Vec<_>>>()?;
+        AggregateFunction::new(&self.function, args).map_err(|e| DataFusionError::Plan(e.to_string()))
     }
 }
 
@@ -206,32 +174,17 @@ impl AggregateUDFImpl for StateFunction {
     }
 
     fn return_field(&self, arg_fields: &[FieldRef]) -> DfResult<FieldRef> {
-        Ok(Arc::new(state_field(
-            &self.name,
-            &self.aggregate_function(arg_fields)?,
-        )))
+        Ok(Arc::new(state_field(&self.name, &self.aggregate_function(arg_fields)?)))
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
-        let fields = args
-            .exprs
-            .iter()
-            .map(|e| e.return_field(args.schema))
-            .collect::<DfResult<Vec<_>>>()?;
+        let fields = args.exprs.iter().map(|e| e.return_field(args.schema)).collect::<DfResult<Vec<_>>>()?;
         let function = self.aggregate_function(&fields)?;
-        Ok(Box::new(StateAccumulator {
-            state: function.empty_state(),
-            function,
-            finalize: false,
-        }))
+        Ok(Box::new(StateAccumulator { state: function.empty_state(), function, finalize: false }))
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
-        Ok(vec![Arc::new(Field::new(
-            format!("{}[state]", args.name),
-            ArrowType::Binary,
-            true,
-        ))])
+        Ok(vec![Arc::new(Field::new(format!("{}[state]", args.name), ArrowType::Binary, true))])
     }
 }
 
@@ -289,30 +242,17 @@ impl AggregateUDFImpl for MergeFunction {
 
     fn return_field(&self, arg_fields: &[FieldRef]) -> DfResult<FieldRef> {
         let function = self.aggregate_function(&arg_fields[0])?;
-        Ok(Arc::new(
-            function
-                .result_type()
-                .arrow_field(&self.name)
-                .with_nullable(true),
-        ))
+        Ok(Arc::new(function.result_type().arrow_field(&self.name).with_nullable(true)))
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
         let field = args.exprs[0].return_field(args.schema)?;
         let function = self.aggregate_function(&field)?;
-        Ok(Box::new(StateAccumulator {
-            state: function.empty_state(),
-            function,
-            finalize: true,
-        }))
+        Ok(Box::new(StateAccumulator { state: function.empty_state(), function, finalize: true }))
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
-        Ok(vec![Arc::new(Field::new(
-            format!("{}[state]", args.name),
-            ArrowType::Binary,
-            true,
-        ))])
+        Ok(vec![Arc::new(Field::new(format!("{}[state]", args.name), ArrowType::Binary, true))])
     }
 }
 
@@ -405,17 +345,10 @@ impl ScalarUDFImpl for FinalizeAggregation {
         let field = &args.arg_fields[0];
         if field.data_type() != &ArrowType::Binary {
             // A SimpleAggregateFunction column holds final values already.
-            return Ok(Arc::new(
-                field.as_ref().clone().with_name("finalizeAggregation"),
-            ));
+            return Ok(Arc::new(field.as_ref().clone().with_name("finalizeAggregation")));
         }
         let function = state_function_of(field)?;
-        Ok(Arc::new(
-            function
-                .result_type()
-                .arrow_field("finalizeAggregation")
-                .with_nullable(true),
-        ))
+        Ok(Arc::new(function.result_type().arrow_field("finalizeAggregation").with_nullable(true)))
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
@@ -436,10 +369,7 @@ impl ScalarUDFImpl for FinalizeAggregation {
         let column = finalized_column(&function, values)?;
         let target = args.return_field.data_type();
         if column.data_type() != target {
-            return exec_err!(
-                "finalizeAggregation produced {} instead of {target}",
-                column.data_type()
-            );
+            return exec_err!("finalizeAggregation produced {} instead of {target}", column.data_type());
         }
         Ok(ColumnarValue::Array(column))
     }

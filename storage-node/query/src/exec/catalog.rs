@@ -4,8 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{
-    ArrayRef, Int64Array, RecordBatch, StringArray, TimestampSecondArray, UInt32Array, UInt64Array,
-    UInt8Array,
+    ArrayRef, Int64Array, RecordBatch, StringArray, TimestampSecondArray, UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit};
 use async_trait::async_trait;
@@ -18,7 +17,7 @@ use mergestream_engine::catalog::DATABASE;
 use mergestream_engine::Catalog;
 
 use super::provider::{EngineTableProvider, ScanMode};
-use crate::sql::rewrite::{FINAL_PREFIX, VIRTUAL_PREFIX};
+use crate::sql::rewrite::{FINAL_PREFIX, FINAL_VIRTUAL_PREFIX, VIRTUAL_PREFIX};
 
 /// Settings of the query being planned that change how tables resolve.
 #[derive(Debug, Default, Clone)]
@@ -44,13 +43,8 @@ impl CatalogProvider for EngineCatalog {
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         match name {
-            DATABASE => Some(Arc::new(TablesSchema {
-                catalog: self.catalog.clone(),
-                settings: self.settings.clone(),
-            })),
-            "system" => Some(Arc::new(SystemSchema {
-                catalog: self.catalog.clone(),
-            })),
+            DATABASE => Some(Arc::new(TablesSchema { catalog: self.catalog.clone(), settings: self.settings.clone() })),
+            "system" => Some(Arc::new(SystemSchema { catalog: self.catalog.clone() })),
             _ => None,
         }
     }
@@ -70,26 +64,15 @@ impl std::fmt::Debug for TablesSchema {
 #[async_trait]
 impl SchemaProvider for TablesSchema {
     fn table_names(&self) -> Vec<String> {
-        self.catalog
-            .tables()
-            .iter()
-            .map(|t| t.name().to_string())
-            .collect()
+        self.catalog.tables().iter().map(|t| t.name().to_string()).collect()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let (base, mode) = if let Some(base) = name.strip_prefix(FINAL_PREFIX) {
-            let within = self
-                .settings
-                .lock()
-                .map(|s| s.final_within_partitions)
-                .unwrap_or(false);
-            (
-                base,
-                ScanMode::Final {
-                    within_partitions: within,
-                },
-            )
+        let within = self.settings.lock().map(|s| s.final_within_partitions).unwrap_or(false);
+        let (base, mode) = if let Some(base) = name.strip_prefix(FINAL_VIRTUAL_PREFIX) {
+            (base, ScanMode::Final { within_partitions: within, with_part_column: true })
+        } else if let Some(base) = name.strip_prefix(FINAL_PREFIX) {
+            (base, ScanMode::Final { within_partitions: within, with_part_column: false })
         } else if let Some(base) = name.strip_prefix(VIRTUAL_PREFIX) {
             (base, ScanMode::WithPartColumn)
         } else {
@@ -149,11 +132,7 @@ fn system_parts(catalog: &Catalog) -> DfResult<MemTable> {
         Field::new("min_block_number", ArrowType::Int64, false),
         Field::new("max_block_number", ArrowType::Int64, false),
         Field::new("bytes_on_disk", ArrowType::UInt64, false),
-        Field::new(
-            "modification_time",
-            ArrowType::Timestamp(TimeUnit::Second, None),
-            false,
-        ),
+        Field::new("modification_time", ArrowType::Timestamp(TimeUnit::Second, None), false),
     ]));
     let mut rows = Vec::new();
     for table in catalog.tables() {
@@ -161,43 +140,22 @@ fn system_parts(catalog: &Catalog) -> DfResult<MemTable> {
             rows.push((table.name().to_string(), part));
         }
     }
-    let strings =
-        |f: &dyn Fn(&(String, mergestream_engine::table::PartInfo)) -> String| -> ArrayRef {
-            Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
-        };
+    let strings = |f: &dyn Fn(&(String, mergestream_engine::table::PartInfo)) -> String| -> ArrayRef {
+        Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
+    };
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![DATABASE; rows.len()])),
         strings(&|r| r.0.clone()),
         strings(&|r| r.1.partition.clone()),
         strings(&|r| r.1.partition_id.clone()),
         strings(&|r| r.1.name.clone()),
-        Arc::new(UInt8Array::from(
-            rows.iter().map(|r| r.1.active as u8).collect::<Vec<_>>(),
-        )),
-        Arc::new(UInt64Array::from(
-            rows.iter().map(|r| r.1.rows).collect::<Vec<_>>(),
-        )),
-        Arc::new(UInt32Array::from(
-            rows.iter().map(|r| r.1.level).collect::<Vec<_>>(),
-        )),
-        Arc::new(Int64Array::from(
-            rows.iter()
-                .map(|r| r.1.min_block as i64)
-                .collect::<Vec<_>>(),
-        )),
-        Arc::new(Int64Array::from(
-            rows.iter()
-                .map(|r| r.1.max_block as i64)
-                .collect::<Vec<_>>(),
-        )),
-        Arc::new(UInt64Array::from(
-            rows.iter().map(|r| r.1.bytes_on_disk).collect::<Vec<_>>(),
-        )),
-        Arc::new(TimestampSecondArray::from(
-            rows.iter()
-                .map(|r| r.1.modification_time)
-                .collect::<Vec<_>>(),
-        )),
+        Arc::new(UInt8Array::from(rows.iter().map(|r| r.1.active as u8).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.1.rows).collect::<Vec<_>>())),
+        Arc::new(UInt32Array::from(rows.iter().map(|r| r.1.level).collect::<Vec<_>>())),
+        Arc::new(Int64Array::from(rows.iter().map(|r| r.1.min_block as i64).collect::<Vec<_>>())),
+        Arc::new(Int64Array::from(rows.iter().map(|r| r.1.max_block as i64).collect::<Vec<_>>())),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.1.bytes_on_disk).collect::<Vec<_>>())),
+        Arc::new(TimestampSecondArray::from(rows.iter().map(|r| r.1.modification_time).collect::<Vec<_>>())),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
     MemTable::try_new(schema, vec![vec![batch]])
@@ -225,11 +183,7 @@ impl TableFunctionImpl for NumbersFunction {
             [offset, n] => (literal(offset)?, literal(n)?),
             _ => return plan_err!("numbers() takes 1 or 2 arguments"),
         };
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "number",
-            ArrowType::UInt64,
-            false,
-        )]));
+        let schema = Arc::new(Schema::new(vec![Field::new("number", ArrowType::UInt64, false)]));
         let mut batches = Vec::new();
         let mut next = start;
         let end = start.saturating_add(count);

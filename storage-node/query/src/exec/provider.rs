@@ -23,7 +23,13 @@ use mergestream_engine::{ReadOptions, Table};
 pub enum ScanMode {
     Plain,
     WithPartColumn,
-    Final { within_partitions: bool },
+    Final { within_partitions: bool, with_part_column: bool },
+}
+
+impl ScanMode {
+    fn with_part_column(self) -> bool {
+        matches!(self, ScanMode::WithPartColumn | ScanMode::Final { with_part_column: true, .. })
+    }
 }
 
 pub struct EngineTableProvider {
@@ -34,10 +40,7 @@ pub struct EngineTableProvider {
 
 impl std::fmt::Debug for EngineTableProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EngineTableProvider")
-            .field("table", &self.table.name())
-            .field("mode", &self.mode)
-            .finish()
+        f.debug_struct("EngineTableProvider").field("table", &self.table.name()).field("mode", &self.mode).finish()
     }
 }
 
@@ -45,15 +48,11 @@ impl EngineTableProvider {
     pub fn new(table: Arc<Table>, mode: ScanMode) -> EngineTableProvider {
         let all = ReadOptions {
             columns: (0..table.schema().fields().len()).collect(),
-            with_part_column: mode == ScanMode::WithPartColumn,
+            with_part_column: mode.with_part_column(),
             ..Default::default()
         };
         let schema = table.read_schema(&all);
-        EngineTableProvider {
-            table,
-            mode,
-            schema,
-        }
+        EngineTableProvider { table, mode, schema }
     }
 
     fn first_key_column(&self) -> Option<String> {
@@ -90,12 +89,7 @@ impl EngineTableProvider {
                     let Some(value) = self.bound(literal) else {
                         continue;
                     };
-                    let bound = |inclusive| {
-                        Some(KeyBound {
-                            value: value.clone(),
-                            inclusive,
-                        })
-                    };
+                    let bound = |inclusive| Some(KeyBound { value: value.clone(), inclusive });
                     match op {
                         Operator::Eq => {
                             range.lower = bound(true);
@@ -109,24 +103,11 @@ impl EngineTableProvider {
                     }
                     any = true;
                 }
-                Expr::Between(Between {
-                    expr,
-                    negated: false,
-                    low,
-                    high,
-                }) if is_key(expr) => {
-                    if let (Expr::Literal(lo, _), Expr::Literal(hi, _)) =
-                        (low.as_ref(), high.as_ref())
-                    {
+                Expr::Between(Between { expr, negated: false, low, high }) if is_key(expr) => {
+                    if let (Expr::Literal(lo, _), Expr::Literal(hi, _)) = (low.as_ref(), high.as_ref()) {
                         if let (Some(lo), Some(hi)) = (self.bound(lo), self.bound(hi)) {
-                            range.lower = Some(KeyBound {
-                                value: lo,
-                                inclusive: true,
-                            });
-                            range.upper = Some(KeyBound {
-                                value: hi,
-                                inclusive: true,
-                            });
+                            range.lower = Some(KeyBound { value: lo, inclusive: true });
+                            range.upper = Some(KeyBound { value: hi, inclusive: true });
                             any = true;
                         }
                     }
@@ -148,18 +129,13 @@ impl TableProvider for EngineTableProvider {
         TableType::Base
     }
 
-    fn supports_filters_pushdown(
-        &self,
-        filters: &[&Expr],
-    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
         // Predicates apply after the collapse of FINAL; on plain reads the key range prunes
         // granules and the filter still runs on the rows read.
         Ok(filters
             .iter()
             .map(|f| {
-                if !matches!(self.mode, ScanMode::Final { .. })
-                    && self.key_range(&[(*f).clone()]).is_some()
-                {
+                if !matches!(self.mode, ScanMode::Final { .. }) && self.key_range(&[(*f).clone()]).is_some() {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -180,38 +156,23 @@ impl TableProvider for EngineTableProvider {
             Some(p) => p.clone(),
             None => (0..self.schema.fields().len()).collect(),
         };
-        let mut columns: Vec<usize> = wanted
-            .iter()
-            .copied()
-            .filter(|&c| c < table_columns)
-            .collect();
+        let mut columns: Vec<usize> = wanted.iter().copied().filter(|&c| c < table_columns).collect();
         columns.sort_unstable();
         columns.dedup();
         if columns.is_empty() {
             // Row counts still need one column to read.
             columns.push(
-                self.table
-                    .def()
-                    .sorting_key()
-                    .first()
-                    .and_then(|k| self.table.def().column_index(k))
-                    .unwrap_or(0),
+                self.table.def().sorting_key().first().and_then(|k| self.table.def().column_index(k)).unwrap_or(0),
             );
         }
-        let with_part_column =
-            self.mode == ScanMode::WithPartColumn && wanted.contains(&table_columns);
+        let with_part_column = self.mode.with_part_column() && wanted.contains(&table_columns);
         let options = ReadOptions {
             key_range: match self.mode {
                 ScanMode::Final { .. } => None,
                 _ => self.key_range(filters),
             },
             with_part_column,
-            final_within_partitions: matches!(
-                self.mode,
-                ScanMode::Final {
-                    within_partitions: true
-                }
-            ),
+            final_within_partitions: matches!(self.mode, ScanMode::Final { within_partitions: true, .. }),
             columns: columns.clone(),
         };
         let read_schema = self.table.read_schema(&options);
@@ -232,14 +193,7 @@ impl TableProvider for EngineTableProvider {
             schema: read_schema.clone(),
             final_read: matches!(self.mode, ScanMode::Final { .. }),
         });
-        let exec = StreamingTableExec::try_new(
-            read_schema,
-            vec![partition],
-            Some(&positions),
-            vec![],
-            false,
-            limit,
-        )?;
+        let exec = StreamingTableExec::try_new(read_schema, vec![partition], Some(&positions), vec![], false, limit)?;
         Ok(Arc::new(exec))
     }
 }
@@ -254,10 +208,7 @@ struct EnginePartition {
 
 impl std::fmt::Debug for EnginePartition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EnginePartition")
-            .field("table", &self.table.name())
-            .field("final", &self.final_read)
-            .finish()
+        f.debug_struct("EnginePartition").field("table", &self.table.name()).field("final", &self.final_read).finish()
     }
 }
 
@@ -277,11 +228,7 @@ impl PartitionStream for EnginePartition {
         let final_read = self.final_read;
         // Decoding and merging are CPU work: they run off the async runtime.
         tokio::task::spawn_blocking(move || {
-            let streams = if final_read {
-                table.read_final(&options).map(|s| vec![s])
-            } else {
-                table.scan(&options)
-            };
+            let streams = if final_read { table.read_final(&options).map(|s| vec![s]) } else { table.scan(&options) };
             let streams = match streams {
                 Ok(streams) => streams,
                 Err(e) => {

@@ -38,12 +38,7 @@ impl OutputFormat {
 }
 
 /// Writes a result in the format.
-pub fn write_result(
-    format: OutputFormat,
-    schema: &SchemaRef,
-    batches: &[RecordBatch],
-    out: &mut String,
-) {
+pub fn write_result(format: OutputFormat, schema: &SchemaRef, batches: &[RecordBatch], out: &mut String) {
     match format {
         OutputFormat::Tsv | OutputFormat::TsvWithNames => {
             if format == OutputFormat::TsvWithNames {
@@ -88,13 +83,7 @@ pub fn write_result(
     }
 }
 
-fn write_delimited(
-    schema: &SchemaRef,
-    batches: &[RecordBatch],
-    sep: char,
-    style: Style,
-    out: &mut String,
-) {
+fn write_delimited(schema: &SchemaRef, batches: &[RecordBatch], sep: char, style: Style, out: &mut String) {
     for batch in batches {
         for row in 0..batch.num_rows() {
             for (c, field) in schema.fields().iter().enumerate() {
@@ -123,13 +112,7 @@ fn write_pretty(schema: &SchemaRef, batches: &[RecordBatch], out: &mut String) {
                     .enumerate()
                     .map(|(c, f)| {
                         let mut s = String::new();
-                        write_value(
-                            batch.column(c).as_ref(),
-                            row,
-                            Some(f),
-                            Style::Pretty,
-                            &mut s,
-                        );
+                        write_value(batch.column(c).as_ref(), row, Some(f), Style::Pretty, &mut s);
                         s
                     })
                     .collect(),
@@ -141,20 +124,9 @@ fn write_pretty(schema: &SchemaRef, batches: &[RecordBatch], out: &mut String) {
         .fields()
         .iter()
         .enumerate()
-        .map(|(c, f)| {
-            cells
-                .iter()
-                .map(|r| width(&r[c]))
-                .chain([width(f.name())])
-                .max()
-                .unwrap_or(0)
-        })
+        .map(|(c, f)| cells.iter().map(|r| width(&r[c])).chain([width(f.name())]).max().unwrap_or(0))
         .collect();
-    let right: Vec<bool> = schema
-        .fields()
-        .iter()
-        .map(|f| matches!(kind(f), Kind::Number | Kind::Temporal))
-        .collect();
+    let right: Vec<bool> = schema.fields().iter().map(|f| matches!(kind(f), Kind::Number | Kind::Temporal)).collect();
     let number_width = rows.to_string().len() + 2;
     let pad = " ".repeat(number_width);
     out.push_str(&pad);

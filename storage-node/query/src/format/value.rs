@@ -2,10 +2,9 @@
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{
-    DataType as ArrowType, Date32Type, Date64Type, Decimal128Type, Decimal256Type, Field,
-    Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, TimeUnit,
-    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+    DataType as ArrowType, Date32Type, Date64Type, Decimal128Type, Decimal256Type, Field, Float32Type, Float64Type,
+    Int16Type, Int32Type, Int64Type, Int8Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 use chrono::{DateTime, NaiveDate};
 use mergestream_engine::types::CH_TYPE_KEY;
@@ -38,10 +37,7 @@ pub fn kind(field: &Field) -> Kind {
     match field.data_type() {
         t if t.is_numeric() => Kind::Number,
         ArrowType::Date32 | ArrowType::Date64 | ArrowType::Timestamp(..) => Kind::Temporal,
-        ArrowType::Utf8
-        | ArrowType::LargeUtf8
-        | ArrowType::Utf8View
-        | ArrowType::FixedSizeBinary(_) => Kind::Text,
+        ArrowType::Utf8 | ArrowType::LargeUtf8 | ArrowType::Utf8View | ArrowType::FixedSizeBinary(_) => Kind::Text,
         _ => Kind::Other,
     }
 }
@@ -53,24 +49,12 @@ pub fn format_float(value: f64, single: bool) -> String {
         return "nan".into();
     }
     if value.is_infinite() {
-        return if value > 0.0 {
-            "inf".into()
-        } else {
-            "-inf".into()
-        };
+        return if value > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if value == 0.0 {
-        return if value.is_sign_negative() {
-            "-0".into()
-        } else {
-            "0".into()
-        };
+        return if value.is_sign_negative() { "-0".into() } else { "0".into() };
     }
-    let sci = if single {
-        format!("{:e}", value as f32)
-    } else {
-        format!("{value:e}")
-    };
+    let sci = if single { format!("{:e}", value as f32) } else { format!("{value:e}") };
     let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exponent: i32 = exponent.parse().unwrap_or(0);
     let negative = mantissa.starts_with('-');
@@ -84,11 +68,7 @@ pub fn format_float(value: f64, single: bool) -> String {
     } else if -6 < n && n <= 0 {
         format!("0.{}{digits}", "0".repeat((-n) as usize))
     } else {
-        let rest = if k > 1 {
-            format!(".{}", &digits[1..])
-        } else {
-            String::new()
-        };
+        let rest = if k > 1 { format!(".{}", &digits[1..]) } else { String::new() };
         format!("{}{rest}e{}", &digits[..1], n - 1)
     };
     if negative {
@@ -176,11 +156,7 @@ fn datetime_text(ticks: i64, unit: TimeUnit, precision: Option<u8>) -> String {
         return base;
     }
     let frac_text = format!("{frac:0>unit_digits$}");
-    let shown: String = frac_text
-        .chars()
-        .chain(std::iter::repeat('0'))
-        .take(digits)
-        .collect();
+    let shown: String = frac_text.chars().chain(std::iter::repeat('0')).take(digits).collect();
     format!("{base}.{shown}")
 }
 
@@ -192,19 +168,11 @@ fn precision_of(field: Option<&Field>) -> Option<u8> {
 }
 
 fn is_uuid(field: Option<&Field>) -> bool {
-    field
-        .and_then(|f| f.metadata().get(CH_TYPE_KEY))
-        .is_some_and(|t| t.contains("UUID"))
+    field.and_then(|f| f.metadata().get(CH_TYPE_KEY)).is_some_and(|t| t.contains("UUID"))
 }
 
 /// Appends the value at `row` of `array`; `field` carries the ClickHouse type when known.
-pub fn write_value(
-    array: &dyn Array,
-    row: usize,
-    field: Option<&Field>,
-    style: Style,
-    out: &mut String,
-) {
+pub fn write_value(array: &dyn Array, row: usize, field: Option<&Field>, style: Style, out: &mut String) {
     if array.is_null(row) {
         out.push_str(match style {
             Style::Tsv | Style::Csv => "\\N",
@@ -223,41 +191,23 @@ pub fn write_value(
     };
     match array.data_type() {
         ArrowType::Null => out.push_str(if style == Style::Json { "null" } else { "\\N" }),
-        ArrowType::Boolean => out.push_str(if array.as_boolean().value(row) {
-            "true"
-        } else {
-            "false"
-        }),
+        ArrowType::Boolean => out.push_str(if array.as_boolean().value(row) { "true" } else { "false" }),
         ArrowType::UInt8 => out.push_str(&array.as_primitive::<UInt8Type>().value(row).to_string()),
-        ArrowType::UInt16 => {
-            out.push_str(&array.as_primitive::<UInt16Type>().value(row).to_string())
-        }
-        ArrowType::UInt32 => {
-            out.push_str(&array.as_primitive::<UInt32Type>().value(row).to_string())
-        }
-        ArrowType::UInt64 => {
-            out.push_str(&array.as_primitive::<UInt64Type>().value(row).to_string())
-        }
+        ArrowType::UInt16 => out.push_str(&array.as_primitive::<UInt16Type>().value(row).to_string()),
+        ArrowType::UInt32 => out.push_str(&array.as_primitive::<UInt32Type>().value(row).to_string()),
+        ArrowType::UInt64 => out.push_str(&array.as_primitive::<UInt64Type>().value(row).to_string()),
         ArrowType::Int8 => out.push_str(&array.as_primitive::<Int8Type>().value(row).to_string()),
         ArrowType::Int16 => out.push_str(&array.as_primitive::<Int16Type>().value(row).to_string()),
         ArrowType::Int32 => out.push_str(&array.as_primitive::<Int32Type>().value(row).to_string()),
         ArrowType::Int64 => out.push_str(&array.as_primitive::<Int64Type>().value(row).to_string()),
-        ArrowType::Float32 => float(
-            array.as_primitive::<Float32Type>().value(row) as f64,
-            true,
-            out,
-        ),
+        ArrowType::Float32 => float(array.as_primitive::<Float32Type>().value(row) as f64, true, out),
         ArrowType::Float64 => float(array.as_primitive::<Float64Type>().value(row), false, out),
-        ArrowType::Decimal128(_, s) => out.push_str(&format_decimal(
-            array.as_primitive::<Decimal128Type>().value(row),
-            *s,
-        )),
+        ArrowType::Decimal128(_, s) => {
+            out.push_str(&format_decimal(array.as_primitive::<Decimal128Type>().value(row), *s))
+        }
         ArrowType::Decimal256(_, s) => {
             let v = array.as_primitive::<Decimal256Type>().value(row);
-            out.push_str(
-                &v.to_i128()
-                    .map_or_else(|| v.to_string(), |v| format_decimal(v, *s)),
-            )
+            out.push_str(&v.to_i128().map_or_else(|| v.to_string(), |v| format_decimal(v, *s)))
         }
         ArrowType::Utf8 => write_text(array.as_string::<i32>().value(row), style, out),
         ArrowType::LargeUtf8 => write_text(array.as_string::<i64>().value(row), style, out),
@@ -265,67 +215,37 @@ pub fn write_value(
         ArrowType::FixedSizeBinary(16) if is_uuid(field) => {
             let b = array.as_fixed_size_binary().value(row);
             let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-            let text = format!(
-                "{}-{}-{}-{}-{}",
-                &hex[0..8],
-                &hex[8..12],
-                &hex[12..16],
-                &hex[16..20],
-                &hex[20..]
-            );
+            let text = format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]);
             write_quoted_scalar(&text, style, out)
         }
-        ArrowType::FixedSizeBinary(_) => write_text(
-            &String::from_utf8_lossy(array.as_fixed_size_binary().value(row)),
-            style,
-            out,
-        ),
-        ArrowType::Binary => write_text(
-            &String::from_utf8_lossy(array.as_binary::<i32>().value(row)),
-            style,
-            out,
-        ),
+        ArrowType::FixedSizeBinary(_) => {
+            write_text(&String::from_utf8_lossy(array.as_fixed_size_binary().value(row)), style, out)
+        }
+        ArrowType::Binary => write_text(&String::from_utf8_lossy(array.as_binary::<i32>().value(row)), style, out),
         ArrowType::Date32 => {
             let days = array.as_primitive::<Date32Type>().value(row);
-            let date =
-                NaiveDate::from_num_days_from_ce_opt(days + 719_163).unwrap_or(NaiveDate::MIN);
+            let date = NaiveDate::from_num_days_from_ce_opt(days + 719_163).unwrap_or(NaiveDate::MIN);
             write_quoted_scalar(&date.format("%Y-%m-%d").to_string(), style, out)
         }
         ArrowType::Date64 => {
             let ms = array.as_primitive::<Date64Type>().value(row);
-            write_quoted_scalar(
-                &datetime_text(ms, TimeUnit::Millisecond, Some(0))[..10],
-                style,
-                out,
-            )
+            write_quoted_scalar(&datetime_text(ms, TimeUnit::Millisecond, Some(0))[..10], style, out)
         }
         ArrowType::Timestamp(unit, _) => {
             let ticks = match unit {
                 TimeUnit::Second => array.as_primitive::<TimestampSecondType>().value(row),
-                TimeUnit::Millisecond => {
-                    array.as_primitive::<TimestampMillisecondType>().value(row)
-                }
-                TimeUnit::Microsecond => {
-                    array.as_primitive::<TimestampMicrosecondType>().value(row)
-                }
+                TimeUnit::Millisecond => array.as_primitive::<TimestampMillisecondType>().value(row),
+                TimeUnit::Microsecond => array.as_primitive::<TimestampMicrosecondType>().value(row),
                 TimeUnit::Nanosecond => array.as_primitive::<TimestampNanosecondType>().value(row),
             };
-            write_quoted_scalar(
-                &datetime_text(ticks, *unit, precision_of(field)),
-                style,
-                out,
-            )
+            write_quoted_scalar(&datetime_text(ticks, *unit, precision_of(field)), style, out)
         }
         ArrowType::List(item) | ArrowType::LargeList(item) => {
             let values = match array.data_type() {
                 ArrowType::List(_) => array.as_list::<i32>().value(row),
                 _ => array.as_list::<i64>().value(row),
             };
-            let inner_style = if style == Style::Json {
-                Style::Json
-            } else {
-                Style::Quoted
-            };
+            let inner_style = if style == Style::Json { Style::Json } else { Style::Quoted };
             let mut text = String::from("[");
             for i in 0..values.len() {
                 if i > 0 {
@@ -361,16 +281,8 @@ pub fn write_value(
         }
         ArrowType::Struct(fields) => {
             let s = array.as_struct();
-            let inner_style = if style == Style::Json {
-                Style::Json
-            } else {
-                Style::Quoted
-            };
-            let (open, close) = if style == Style::Json {
-                ('[', ']')
-            } else {
-                ('(', ')')
-            };
+            let inner_style = if style == Style::Json { Style::Json } else { Style::Quoted };
+            let (open, close) = if style == Style::Json { ('[', ']') } else { ('(', ')') };
             let mut text = String::from(open);
             for (i, f) in fields.iter().enumerate() {
                 if i > 0 {
@@ -436,17 +348,8 @@ mod tests {
 
     #[test]
     fn datetimes_with_precision() {
-        assert_eq!(
-            datetime_text(1_500, TimeUnit::Millisecond, Some(3)),
-            "1970-01-01 00:00:01.500"
-        );
-        assert_eq!(
-            datetime_text(1_500, TimeUnit::Millisecond, Some(2)),
-            "1970-01-01 00:00:01.50"
-        );
-        assert_eq!(
-            datetime_text(61, TimeUnit::Second, None),
-            "1970-01-01 00:01:01"
-        );
+        assert_eq!(datetime_text(1_500, TimeUnit::Millisecond, Some(3)), "1970-01-01 00:00:01.500");
+        assert_eq!(datetime_text(1_500, TimeUnit::Millisecond, Some(2)), "1970-01-01 00:00:01.50");
+        assert_eq!(datetime_text(61, TimeUnit::Second, None), "1970-01-01 00:01:01");
     }
 }

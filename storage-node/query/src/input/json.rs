@@ -12,11 +12,9 @@ fn from_json(value: serde_json::Value) -> Value {
         serde_json::Value::Number(n) => Value::Number(n.to_string()),
         serde_json::Value::String(s) => Value::Str(s),
         serde_json::Value::Array(items) => Value::Array(items.into_iter().map(from_json).collect()),
-        serde_json::Value::Object(map) => Value::Map(
-            map.into_iter()
-                .map(|(k, v)| (Value::Str(k), from_json(v)))
-                .collect(),
-        ),
+        serde_json::Value::Object(map) => {
+            Value::Map(map.into_iter().map(|(k, v)| (Value::Str(k), from_json(v))).collect())
+        }
     }
 }
 
@@ -49,8 +47,7 @@ pub fn parse_json_each_row(
                 })
             }
             Err(e) => {
-                let (line, column) =
-                    line_col(source, start + offset + e.column().saturating_sub(1));
+                let (line, column) = line_col(source, start + offset + e.column().saturating_sub(1));
                 return Err(QueryError::BadValue {
                     what: "JSONEachRow row".into(),
                     line: line + e.line().saturating_sub(1),

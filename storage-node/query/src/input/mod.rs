@@ -47,9 +47,8 @@ pub fn insert_columns(table: &Table, columns: Option<&[String]>) -> Result<Vec<u
         Some(names) => names
             .iter()
             .map(|n| {
-                def.column_index(n).ok_or_else(|| {
-                    QueryError::Invalid(format!("No such column {n} in table {}", def.name))
-                })
+                def.column_index(n)
+                    .ok_or_else(|| QueryError::Invalid(format!("No such column {n} in table {}", def.name)))
             })
             .collect(),
     }
@@ -61,18 +60,13 @@ pub fn build_block(table: &Table, input: RowsInput) -> Result<RecordBatch> {
     let mut columns = Vec::with_capacity(def.columns.len());
     for (i, column) in def.columns.iter().enumerate() {
         let values: Vec<Value> = match input.columns.iter().position(|&c| c == i) {
-            Some(at) => input
-                .rows
-                .iter()
-                .map(|row| row[at].clone().unwrap_or_else(|| default_value(&column.ty)))
-                .collect(),
+            Some(at) => {
+                input.rows.iter().map(|row| row[at].clone().unwrap_or_else(|| default_value(&column.ty))).collect()
+            }
             None => vec![default_value(&column.ty); input.rows.len()],
         };
         let array = column_from_values(&column.ty, &values).map_err(|message| {
-            QueryError::Invalid(format!(
-                "column {} of table {}: {message}",
-                column.name, def.name
-            ))
+            QueryError::Invalid(format!("column {} of table {}: {message}", column.name, def.name))
         })?;
         columns.push(array);
     }

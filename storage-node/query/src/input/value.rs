@@ -3,11 +3,10 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Date32Array, Decimal128Array, Decimal256Array, FixedSizeBinaryArray,
-    Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, Int8Array, ListArray, MapArray,
-    StringArray, StructArray, TimestampMicrosecondArray, TimestampMillisecondArray,
-    TimestampNanosecondArray, TimestampSecondArray, UInt16Array, UInt32Array, UInt64Array,
-    UInt8Array,
+    ArrayRef, BooleanArray, Date32Array, Decimal128Array, Decimal256Array, FixedSizeBinaryArray, Float32Array,
+    Float64Array, Int16Array, Int32Array, Int64Array, Int8Array, ListArray, MapArray, StringArray, StructArray,
+    TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray, UInt16Array,
+    UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{i256, DataType as ArrowType, Fields};
@@ -65,10 +64,7 @@ fn parse_int(value: &Value, ty: &ChType, min: i128, max: i128) -> Conv<i128> {
     } else {
         text.parse::<i128>().ok().or_else(|| {
             // ClickHouse accepts 1e3 and 2.0 for integers when they are whole.
-            text.parse::<f64>()
-                .ok()
-                .filter(|f| f.fract() == 0.0 && f.abs() < 1e38)
-                .map(|f| f as i128)
+            text.parse::<f64>().ok().filter(|f| f.fract() == 0.0 && f.abs() < 1e38).map(|f| f as i128)
         })
     };
     let v = parsed.ok_or_else(|| format!("cannot parse '{text}' as {ty}"))?;
@@ -87,8 +83,7 @@ fn parse_float(value: &Value, ty: &ChType) -> Conv<f64> {
         "-inf" | "-infinity" => return Ok(f64::NEG_INFINITY),
         _ => {}
     }
-    text.parse()
-        .map_err(|_| format!("cannot parse '{text}' as {ty}"))
+    text.parse().map_err(|_| format!("cannot parse '{text}' as {ty}"))
 }
 
 const UNIX_EPOCH_DAYS_FROM_CE: i32 = 719_163;
@@ -120,20 +115,13 @@ fn parse_decimal(text: &str, scale: u8) -> Option<i128> {
     if whole.is_empty() && frac.is_empty() {
         return None;
     }
-    let mut value: i128 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().ok()?
-    };
+    let mut value: i128 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
     let frac_digits: String = frac.chars().take(scale as usize).collect();
     if !frac_digits.chars().all(|c| c.is_ascii_digit()) {
         return None;
     }
     for i in 0..scale as usize {
-        let d = frac_digits
-            .as_bytes()
-            .get(i)
-            .map_or(0, |b| (b - b'0') as i128);
+        let d = frac_digits.as_bytes().get(i).map_or(0, |b| (b - b'0') as i128);
         value = value.checked_mul(10)?.checked_add(d)?;
     }
     Some(if negative { -value } else { value })
@@ -194,11 +182,7 @@ pub fn column_from_values(ty: &ChType, values: &[Value]) -> Conv<ArrayRef> {
                 });
             }
             if *inner == ChType::Float32 {
-                Arc::new(
-                    out.into_iter()
-                        .map(|v| v.map(|f| f as f32))
-                        .collect::<Float32Array>(),
-                )
+                Arc::new(out.into_iter().map(|v| v.map(|f| f as f32)).collect::<Float32Array>())
             } else {
                 Arc::new(Float64Array::from(out))
             }
@@ -258,12 +242,8 @@ pub fn column_from_values(ty: &ChType, values: &[Value]) -> Conv<ArrayRef> {
                 check_null(v)?;
                 out.push(match v {
                     Value::Null => None,
-                    Value::Str(s) => Some(
-                        parse_date(s).ok_or_else(|| format!("cannot parse '{s}' as {inner}"))?,
-                    ),
-                    Value::Number(_) => {
-                        Some(parse_int(v, inner, i32::MIN as i128, i32::MAX as i128)? as i32)
-                    }
+                    Value::Str(s) => Some(parse_date(s).ok_or_else(|| format!("cannot parse '{s}' as {inner}"))?),
+                    Value::Number(_) => Some(parse_int(v, inner, i32::MIN as i128, i32::MAX as i128)? as i32),
                     other => return mismatch(other, inner),
                 });
             }
@@ -286,20 +266,14 @@ pub fn column_from_values(ty: &ChType, values: &[Value]) -> Conv<ArrayRef> {
                 check_null(v)?;
                 out.push(match v {
                     Value::Null => None,
-                    Value::Str(s) => Some(
-                        parse_datetime(s, unit_digits)
-                            .ok_or_else(|| format!("cannot parse '{s}' as {inner}"))?,
-                    ),
+                    Value::Str(s) => {
+                        Some(parse_datetime(s, unit_digits).ok_or_else(|| format!("cannot parse '{s}' as {inner}"))?)
+                    }
                     Value::Number(_) => {
                         let n = parse_int(v, inner, i64::MIN as i128, i64::MAX as i128)? as i64;
                         // A number is seconds for DateTime, ticks of the precision for DateTime64.
-                        let to_unit =
-                            10i64.pow(unit_digits as u32 - precision.min(unit_digits) as u32);
-                        Some(if precision == 0 {
-                            n * 10i64.pow(unit_digits as u32)
-                        } else {
-                            n * to_unit
-                        })
+                        let to_unit = 10i64.pow(unit_digits as u32 - precision.min(unit_digits) as u32);
+                        Some(if precision == 0 { n * 10i64.pow(unit_digits as u32) } else { n * to_unit })
                     }
                     other => return mismatch(other, inner),
                 });
@@ -317,15 +291,12 @@ pub fn column_from_values(ty: &ChType, values: &[Value]) -> Conv<ArrayRef> {
                 check_null(v)?;
                 out.push(match v {
                     Value::Null => None,
-                    Value::Str(s) => {
-                        Some(parse_uuid(s).ok_or_else(|| format!("cannot parse '{s}' as UUID"))?)
-                    }
+                    Value::Str(s) => Some(parse_uuid(s).ok_or_else(|| format!("cannot parse '{s}' as UUID"))?),
                     other => return mismatch(other, inner),
                 });
             }
             Arc::new(
-                FixedSizeBinaryArray::try_from_sparse_iter_with_size(out.into_iter(), 16)
-                    .map_err(|e| e.to_string())?,
+                FixedSizeBinaryArray::try_from_sparse_iter_with_size(out.into_iter(), 16).map_err(|e| e.to_string())?,
             )
         }
         ChType::Decimal { precision, scale } => {
@@ -336,10 +307,7 @@ pub fn column_from_values(ty: &ChType, values: &[Value]) -> Conv<ArrayRef> {
                     Value::Null => None,
                     v => {
                         let text = text_of(v, inner)?;
-                        Some(
-                            parse_decimal(text, *scale)
-                                .ok_or_else(|| format!("cannot parse '{text}' as {inner}"))?,
-                        )
+                        Some(parse_decimal(text, *scale).ok_or_else(|| format!("cannot parse '{text}' as {inner}"))?)
                     }
                 });
             }
@@ -375,17 +343,10 @@ pub fn column_from_values(ty: &ChType, values: &[Value]) -> Conv<ArrayRef> {
                 offsets.push(flat.len() as i32);
             }
             let child = column_from_values(item, &flat)?;
-            let ArrowType::List(field) = inner.arrow_type() else {
-                unreachable!("Array maps to List")
-            };
+            let ArrowType::List(field) = inner.arrow_type() else { unreachable!("Array maps to List") };
             Arc::new(
-                ListArray::try_new(
-                    field,
-                    OffsetBuffer::new(offsets.into()),
-                    child,
-                    Some(NullBuffer::from(valid)),
-                )
-                .map_err(|e| e.to_string())?,
+                ListArray::try_new(field, OffsetBuffer::new(offsets.into()), child, Some(NullBuffer::from(valid)))
+                    .map_err(|e| e.to_string())?,
             )
         }
         ChType::Map(k, vt) => {
@@ -403,30 +364,17 @@ pub fn column_from_values(ty: &ChType, values: &[Value]) -> Conv<ArrayRef> {
                 }
                 offsets.push(keys.len() as i32);
             }
-            let ArrowType::Map(entries_field, _) = inner.arrow_type() else {
-                unreachable!("Map maps to Map")
-            };
-            let ArrowType::Struct(fields) = entries_field.data_type().clone() else {
-                unreachable!("map entries")
-            };
+            let ArrowType::Map(entries_field, _) = inner.arrow_type() else { unreachable!("Map maps to Map") };
+            let ArrowType::Struct(fields) = entries_field.data_type().clone() else { unreachable!("map entries") };
             let entries = StructArray::try_new(
                 Fields::from(fields.iter().cloned().collect::<Vec<_>>()),
-                vec![
-                    column_from_values(k, &keys)?,
-                    column_from_values(vt, &vals)?,
-                ],
+                vec![column_from_values(k, &keys)?, column_from_values(vt, &vals)?],
                 None,
             )
             .map_err(|e| e.to_string())?;
             Arc::new(
-                MapArray::try_new(
-                    entries_field,
-                    OffsetBuffer::new(offsets.into()),
-                    entries,
-                    None,
-                    false,
-                )
-                .map_err(|e| e.to_string())?,
+                MapArray::try_new(entries_field, OffsetBuffer::new(offsets.into()), entries, None, false)
+                    .map_err(|e| e.to_string())?,
             )
         }
         ChType::AggregateFunction(_) => {
@@ -434,9 +382,7 @@ pub fn column_from_values(ty: &ChType, values: &[Value]) -> Conv<ArrayRef> {
                 "{inner} columns take states from -State functions (INSERT … SELECT fState(…)), not literal values"
             ))
         }
-        ChType::Nullable(_)
-        | ChType::LowCardinality(_)
-        | ChType::SimpleAggregateFunction { .. } => {
+        ChType::Nullable(_) | ChType::LowCardinality(_) | ChType::SimpleAggregateFunction { .. } => {
             unreachable!("value_type() removes wrappers")
         }
     };
@@ -463,8 +409,7 @@ mod tests {
 
     #[test]
     fn integers_are_range_checked() {
-        let err =
-            column_from_values(&ChType::UInt8, &[Value::Number("256".into())]).expect_err("range");
+        let err = column_from_values(&ChType::UInt8, &[Value::Number("256".into())]).expect_err("range");
         assert!(err.contains("out of range"), "{err}");
         let err = column_from_values(&ChType::UInt8, &[Value::Null]).expect_err("null");
         assert!(err.contains("NULL"), "{err}");

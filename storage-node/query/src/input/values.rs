@@ -7,12 +7,7 @@ use crate::sql::cursor::Cursor;
 use crate::sql::lexer::{tokenize, TokenKind};
 
 /// Parses the text after VALUES (`source[start..end]`) into rows of `width` values.
-pub fn parse_values(
-    source: &str,
-    start: usize,
-    end: usize,
-    columns: Vec<usize>,
-) -> Result<RowsInput> {
+pub fn parse_values(source: &str, start: usize, end: usize, columns: Vec<usize>) -> Result<RowsInput> {
     let mut tokens = tokenize(&source[start..end])?;
     for t in &mut tokens {
         t.start += start;
@@ -37,11 +32,7 @@ pub fn parse_values(
             return Err(QueryError::syntax(
                 source,
                 row_at,
-                format!(
-                    "expected {} values in the row, found {}",
-                    columns.len(),
-                    row.len()
-                ),
+                format!("expected {} values in the row, found {}", columns.len(), row.len()),
             ));
         }
         rows.push(row);
@@ -109,8 +100,7 @@ fn parse_value(c: &mut Cursor<'_>) -> Result<Value> {
             _ if c.peek_punct("(") => {
                 // Conversion functions around a literal: toDate('…'), toDecimal64(1.5, 2), …
                 let name = token.text.clone();
-                if !(name.starts_with("to") || name == "map" || name == "array" || name == "tuple")
-                {
+                if !(name.starts_with("to") || name == "map" || name == "array" || name == "tuple") {
                     return Err(QueryError::syntax(
                         c.source,
                         token.start,
@@ -132,9 +122,7 @@ fn parse_value(c: &mut Cursor<'_>) -> Result<Value> {
                     "array" => Value::Array(args),
                     "tuple" => Value::Tuple(args),
                     "map" => Value::Map(
-                        args.chunks(2)
-                            .map(|kv| (kv[0].clone(), kv.get(1).cloned().unwrap_or(Value::Null)))
-                            .collect(),
+                        args.chunks(2).map(|kv| (kv[0].clone(), kv.get(1).cloned().unwrap_or(Value::Null))).collect(),
                     ),
                     _ => args.into_iter().next().unwrap_or(Value::Null),
                 }
@@ -148,11 +136,7 @@ fn parse_value(c: &mut Cursor<'_>) -> Result<Value> {
             }
         },
         _ => {
-            return Err(QueryError::syntax(
-                c.source,
-                token.start,
-                format!("expected a value, found '{}'", token.text),
-            ))
+            return Err(QueryError::syntax(c.source, token.start, format!("expected a value, found '{}'", token.text)))
         }
     };
     Ok(value)

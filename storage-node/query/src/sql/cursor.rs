@@ -13,12 +13,7 @@ pub struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     pub fn new(source: &'a str, tokens: &'a [Token], end: usize) -> Cursor<'a> {
-        Cursor {
-            source,
-            tokens,
-            pos: 0,
-            end,
-        }
+        Cursor { source, tokens, pos: 0, end }
     }
 
     pub fn peek(&self) -> Option<&'a Token> {
@@ -55,11 +50,7 @@ impl<'a> Cursor<'a> {
             Some(t) => format!(", found '{}'", t.text),
             None => ", found the end of the statement".to_string(),
         };
-        QueryError::syntax(
-            self.source,
-            self.offset(),
-            format!("{}{found}", message.into()),
-        )
+        QueryError::syntax(self.source, self.offset(), format!("{}{found}", message.into()))
     }
 
     pub fn peek_word(&self, word: &str) -> bool {
@@ -76,10 +67,7 @@ impl<'a> Cursor<'a> {
     }
 
     pub fn eat_words(&mut self, words: &[&str]) -> bool {
-        let matches = words
-            .iter()
-            .enumerate()
-            .all(|(i, w)| self.peek_at(i).is_some_and(|t| t.is_word(w)));
+        let matches = words.iter().enumerate().all(|(i, w)| self.peek_at(i).is_some_and(|t| t.is_word(w)));
         if matches {
             self.pos += words.len();
         }
@@ -131,9 +119,7 @@ impl<'a> Cursor<'a> {
         if self.eat_punct(".") {
             let table = self.ident("a table name")?;
             if first != mergestream_engine::catalog::DATABASE {
-                return Err(QueryError::Invalid(format!(
-                    "Database {first} does not exist"
-                )));
+                return Err(QueryError::Invalid(format!("Database {first} does not exist")));
             }
             return Ok(table);
         }
@@ -145,11 +131,7 @@ impl<'a> Cursor<'a> {
         let negative = self.eat_punct("-");
         match self.advance() {
             Some(t) if matches!(t.kind, TokenKind::Number | TokenKind::Str | TokenKind::Word) => {
-                Ok(if negative {
-                    format!("-{}", t.text)
-                } else {
-                    t.text.clone()
-                })
+                Ok(if negative { format!("-{}", t.text) } else { t.text.clone() })
             }
             _ => {
                 self.pos = self.pos.saturating_sub(1);

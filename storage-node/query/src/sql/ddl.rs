@@ -39,11 +39,9 @@ pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
             let at = c.offset();
             for (key, value) in parse_settings_list(c)? {
                 settings.set(&key, &value).map_err(|e| match e {
-                    EngineError::UnknownSetting(s) => QueryError::syntax(
-                        c.source,
-                        at,
-                        format!("Unknown setting '{s}': for storage MergeTree"),
-                    ),
+                    EngineError::UnknownSetting(s) => {
+                        QueryError::syntax(c.source, at, format!("Unknown setting '{s}': for storage MergeTree"))
+                    }
                     other => QueryError::Engine(other),
                 })?;
             }
@@ -82,19 +80,9 @@ fn parse_column(c: &mut Cursor<'_>) -> Result<ColumnDef> {
         if depth == 0
             && (t.is_punct(",")
                 || t.is_punct(")")
-                || [
-                    "DEFAULT",
-                    "MATERIALIZED",
-                    "ALIAS",
-                    "CODEC",
-                    "COMMENT",
-                    "TTL",
-                    "NOT",
-                    "NULL",
-                    "EPHEMERAL",
-                ]
-                .iter()
-                .any(|w| t.is_word(w)))
+                || ["DEFAULT", "MATERIALIZED", "ALIAS", "CODEC", "COMMENT", "TTL", "NOT", "NULL", "EPHEMERAL"]
+                    .iter()
+                    .any(|w| t.is_word(w)))
         {
             break;
         }
@@ -109,8 +97,8 @@ fn parse_column(c: &mut Cursor<'_>) -> Result<ColumnDef> {
     if end == start {
         return Err(c.error(format!("expected the type of column {name}")));
     }
-    let mut ty = ChType::parse(&c.source[start..end])
-        .map_err(|e| QueryError::syntax(c.source, start, e.to_string()))?;
+    let mut ty =
+        ChType::parse(&c.source[start..end]).map_err(|e| QueryError::syntax(c.source, start, e.to_string()))?;
     loop {
         if c.eat_word("NULL") {
             if !ty.is_nullable() {
@@ -123,9 +111,7 @@ fn parse_column(c: &mut Cursor<'_>) -> Result<ColumnDef> {
         } else if c.eat_word("COMMENT") {
             c.literal("a comment")?;
         } else if c.peek_word("DEFAULT") || c.peek_word("MATERIALIZED") || c.peek_word("ALIAS") {
-            return Err(c.error(
-                "column DEFAULT, MATERIALIZED and ALIAS expressions are not supported yet",
-            ));
+            return Err(c.error("column DEFAULT, MATERIALIZED and ALIAS expressions are not supported yet"));
         } else {
             break;
         }
@@ -134,11 +120,7 @@ fn parse_column(c: &mut Cursor<'_>) -> Result<ColumnDef> {
 }
 
 fn arg_count_error(c: &Cursor<'_>, engine: &str, expected: &str, got: usize) -> QueryError {
-    QueryError::syntax(
-        c.source,
-        c.offset(),
-        format!("Storage {engine} requires {expected} parameters, {got} given"),
-    )
+    QueryError::syntax(c.source, c.offset(), format!("Storage {engine} requires {expected} parameters, {got} given"))
 }
 
 fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
@@ -158,11 +140,10 @@ fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
                         c.expect_punct(",")?;
                     }
                     args.push(tuple);
-                } else if c
-                    .peek()
-                    .is_some_and(|t| t.kind == TokenKind::Str || t.kind == TokenKind::Number)
-                {
-                    return Err(c.error("literal engine arguments are not supported (replicated engines come with replication)"));
+                } else if c.peek().is_some_and(|t| t.kind == TokenKind::Str || t.kind == TokenKind::Number) {
+                    return Err(c.error(
+                        "literal engine arguments are not supported (replicated engines come with replication)",
+                    ));
                 } else {
                     args.push(vec![c.ident("a column name")?]);
                 }
@@ -174,36 +155,29 @@ fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
         }
     }
     let single = |args: &[Vec<String>], i: usize| -> Option<String> {
-        args.get(i)
-            .and_then(|a| (a.len() == 1).then(|| a[0].clone()))
+        args.get(i).and_then(|a| (a.len() == 1).then(|| a[0].clone()))
     };
     let n = args.len();
     let engine = match name.as_str() {
         "MergeTree" if n == 0 => EngineKind::MergeTree,
         "MergeTree" => return Err(arg_count_error(c, &name, "no", n)),
-        "ReplacingMergeTree" if n <= 2 => EngineKind::ReplacingMergeTree {
-            version: single(&args, 0),
-            is_deleted: single(&args, 1),
-        },
+        "ReplacingMergeTree" if n <= 2 => {
+            EngineKind::ReplacingMergeTree { version: single(&args, 0), is_deleted: single(&args, 1) }
+        }
         "ReplacingMergeTree" => return Err(arg_count_error(c, &name, "0 to 2", n)),
-        "SummingMergeTree" if n <= 1 => EngineKind::SummingMergeTree {
-            columns: args.into_iter().next(),
-        },
+        "SummingMergeTree" if n <= 1 => EngineKind::SummingMergeTree { columns: args.into_iter().next() },
         "SummingMergeTree" => return Err(arg_count_error(c, &name, "0 or 1", n)),
         "AggregatingMergeTree" if n == 0 => EngineKind::AggregatingMergeTree,
         "AggregatingMergeTree" => return Err(arg_count_error(c, &name, "no", n)),
         "CoalescingMergeTree" if n == 0 => EngineKind::CoalescingMergeTree,
         "CoalescingMergeTree" => return Err(arg_count_error(c, &name, "no", n)),
         "CollapsingMergeTree" if n == 1 => EngineKind::CollapsingMergeTree {
-            sign: single(&args, 0)
-                .ok_or_else(|| c.error("the sign column must be an identifier"))?,
+            sign: single(&args, 0).ok_or_else(|| c.error("the sign column must be an identifier"))?,
         },
         "CollapsingMergeTree" => return Err(arg_count_error(c, &name, "1", n)),
         "VersionedCollapsingMergeTree" if n == 2 => EngineKind::VersionedCollapsingMergeTree {
-            sign: single(&args, 0)
-                .ok_or_else(|| c.error("the sign column must be an identifier"))?,
-            version: single(&args, 1)
-                .ok_or_else(|| c.error("the version column must be an identifier"))?,
+            sign: single(&args, 0).ok_or_else(|| c.error("the sign column must be an identifier"))?,
+            version: single(&args, 1).ok_or_else(|| c.error("the version column must be an identifier"))?,
         },
         "VersionedCollapsingMergeTree" => return Err(arg_count_error(c, &name, "2", n)),
         other if other.starts_with("Replicated") => {
@@ -213,13 +187,7 @@ fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
                 format!("engine {other} is not supported yet: replication is not built"),
             ))
         }
-        other => {
-            return Err(QueryError::syntax(
-                c.source,
-                at,
-                format!("Unknown table engine {other}"),
-            ))
-        }
+        other => return Err(QueryError::syntax(c.source, at, format!("Unknown table engine {other}"))),
     };
     Ok(engine)
 }
@@ -253,10 +221,7 @@ fn parse_key_columns(c: &mut Cursor<'_>, clause: &str) -> Result<Vec<String>> {
         return list(c);
     }
     let name = c.ident("a column name")?;
-    if c.peek_punct("(")
-        || c.peek()
-            .is_some_and(|t| t.kind == TokenKind::Punct && !t.is_punct(","))
-    {
+    if c.peek_punct("(") || c.peek().is_some_and(|t| t.kind == TokenKind::Punct && !t.is_punct(",")) {
         return Err(expression_error(c));
     }
     Ok(vec![name])
@@ -282,10 +247,7 @@ fn parse_key_expr(c: &mut Cursor<'_>) -> Result<KeyExpr> {
     for (op, function) in [("%", "modulo"), ("/", "intDiv")] {
         if c.eat_punct(op) {
             let right = parse_key_primary(c)?;
-            return Ok(KeyExpr::Call {
-                function: function.into(),
-                args: vec![left, right],
-            });
+            return Ok(KeyExpr::Call { function: function.into(), args: vec![left, right] });
         }
     }
     Ok(left)
@@ -298,20 +260,12 @@ fn parse_key_primary(c: &mut Cursor<'_>) -> Result<KeyExpr> {
             items.push(parse_key_expr(c)?);
         }
         c.expect_punct(")")?;
-        return Ok(if items.len() == 1 {
-            items.remove(0)
-        } else {
-            KeyExpr::Tuple(items)
-        });
+        return Ok(if items.len() == 1 { items.remove(0) } else { KeyExpr::Tuple(items) });
     }
     if let Some(t) = c.peek() {
         if t.kind == TokenKind::Number {
             c.advance();
-            return t
-                .text
-                .parse()
-                .map(KeyExpr::Literal)
-                .map_err(|_| c.error("expected an integer"));
+            return t.text.parse().map(KeyExpr::Literal).map_err(|_| c.error("expected an integer"));
         }
     }
     let name = c.ident("a partition key expression")?;
@@ -326,10 +280,7 @@ fn parse_key_primary(c: &mut Cursor<'_>) -> Result<KeyExpr> {
                 c.expect_punct(",")?;
             }
         }
-        return Ok(KeyExpr::Call {
-            function: name,
-            args,
-        });
+        return Ok(KeyExpr::Call { function: name, args });
     }
     Ok(KeyExpr::Column(name))
 }

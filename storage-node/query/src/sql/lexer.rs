@@ -43,9 +43,7 @@ impl Token {
 pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
     let before = &source[..offset.min(source.len())];
     let line = before.matches('\n').count() + 1;
-    let col = before.rfind('\n').map_or(before.chars().count(), |nl| {
-        before[nl + 1..].chars().count()
-    }) + 1;
+    let col = before.rfind('\n').map_or(before.chars().count(), |nl| before[nl + 1..].chars().count()) + 1;
     (line, col)
 }
 
@@ -66,30 +64,18 @@ pub fn tokenize(source: &str) -> Result<Vec<Token>> {
             continue;
         }
         if source[i..].starts_with("/*") {
-            let end = source[i + 2..]
-                .find("*/")
-                .ok_or_else(|| QueryError::syntax(source, i, "unterminated comment"))?;
+            let end =
+                source[i + 2..].find("*/").ok_or_else(|| QueryError::syntax(source, i, "unterminated comment"))?;
             i += end + 4;
             continue;
         }
         let start = i;
         if c == b'\'' || c == b'"' || c == b'`' {
             let (text, end) = quoted(source, i)?;
-            let kind = if c == b'\'' {
-                TokenKind::Str
-            } else {
-                TokenKind::QuotedIdent
-            };
-            tokens.push(Token {
-                kind,
-                text,
-                start,
-                end,
-            });
+            let kind = if c == b'\'' { TokenKind::Str } else { TokenKind::QuotedIdent };
+            tokens.push(Token { kind, text, start, end });
             i = end;
-        } else if c.is_ascii_digit()
-            || (c == b'.' && bytes.get(i + 1).is_some_and(u8::is_ascii_digit))
-        {
+        } else if c.is_ascii_digit() || (c == b'.' && bytes.get(i + 1).is_some_and(u8::is_ascii_digit)) {
             i += 1;
             while i < bytes.len() {
                 let d = bytes[i];
@@ -102,35 +88,18 @@ pub fn tokenize(source: &str) -> Result<Vec<Token>> {
                     break;
                 }
             }
-            tokens.push(Token {
-                kind: TokenKind::Number,
-                text: source[start..i].to_string(),
-                start,
-                end: i,
-            });
+            tokens.push(Token { kind: TokenKind::Number, text: source[start..i].to_string(), start, end: i });
         } else if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 {
-            while i < bytes.len()
-                && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] >= 0x80)
-            {
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] >= 0x80) {
                 i += 1;
             }
-            tokens.push(Token {
-                kind: TokenKind::Word,
-                text: source[start..i].to_string(),
-                start,
-                end: i,
-            });
+            tokens.push(Token { kind: TokenKind::Word, text: source[start..i].to_string(), start, end: i });
         } else {
             let two = source.get(i..i + 2).filter(|t| PUNCT2.contains(t));
             let len = two.map_or(1, |_| 2);
             let ch_len = source[i..].chars().next().map_or(1, char::len_utf8);
             let len = if len == 1 { ch_len } else { len };
-            tokens.push(Token {
-                kind: TokenKind::Punct,
-                text: source[i..i + len].to_string(),
-                start,
-                end: i + len,
-            });
+            tokens.push(Token { kind: TokenKind::Punct, text: source[i..i + len].to_string(), start, end: i + len });
             i += len;
         }
     }
@@ -169,11 +138,7 @@ fn quoted(source: &str, start: usize) -> Result<(String, usize)> {
             out.push(c);
         }
     }
-    Err(QueryError::syntax(
-        source,
-        start,
-        "unterminated quoted text",
-    ))
+    Err(QueryError::syntax(source, start, "unterminated quoted text"))
 }
 
 /// Splits a script into statements at top-level semicolons: (text, byte offset of the text).
@@ -208,35 +173,20 @@ mod tests {
     fn tokenizes_literals_and_punctuation() {
         let tokens = tokenize("SELECT 'it''s\\n', `k`, 1.5e-3, a<=b -- note\n;").expect("tokens");
         let texts: Vec<&str> = tokens.iter().map(|t| t.text.as_str()).collect();
-        assert_eq!(
-            texts,
-            ["SELECT", "it's\n", ",", "k", ",", "1.5e-3", ",", "a", "<=", "b", ";"]
-        );
+        assert_eq!(texts, ["SELECT", "it's\n", ",", "k", ",", "1.5e-3", ",", "a", "<=", "b", ";"]);
     }
 
     #[test]
     fn splits_statements_outside_quotes() {
         let sql = "SELECT ';'; INSERT INTO t FORMAT JSONEachRow {\"a\": \";\"}\n;";
-        let parts: Vec<&str> = split_statements(sql)
-            .expect("split")
-            .iter()
-            .map(|&(s, e)| &sql[s..e])
-            .collect();
-        assert_eq!(
-            parts,
-            [
-                "SELECT ';'",
-                "INSERT INTO t FORMAT JSONEachRow {\"a\": \";\"}"
-            ]
-        );
+        let parts: Vec<&str> = split_statements(sql).expect("split").iter().map(|&(s, e)| &sql[s..e]).collect();
+        assert_eq!(parts, ["SELECT ';'", "INSERT INTO t FORMAT JSONEachRow {\"a\": \";\"}"]);
     }
 
     #[test]
     fn positions_are_line_and_column() {
         assert_eq!(line_col("a\nbc", 3), (2, 2));
-        let err = tokenize("SELECT\n  'open")
-            .expect_err("unterminated")
-            .to_string();
+        let err = tokenize("SELECT\n  'open").expect_err("unterminated").to_string();
         assert!(err.contains("2:3"), "{err}");
     }
 }

@@ -11,6 +11,7 @@ use crate::error::{QueryError, Result};
 /// Table name prefixes the schema provider resolves to the FINAL and `_part` providers.
 pub const FINAL_PREFIX: &str = "__final__";
 pub const VIRTUAL_PREFIX: &str = "__virtual__";
+pub const FINAL_VIRTUAL_PREFIX: &str = "__final_virtual__";
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RewrittenSelect {
@@ -21,16 +22,16 @@ pub struct RewrittenSelect {
 
 /// Words after which `(` opens a subquery or list rather than a function call.
 const KEYWORDS: &[&str] = &[
-    "IN", "FROM", "AS", "OVER", "EXISTS", "AND", "OR", "NOT", "WHERE", "ON", "SELECT", "JOIN",
-    "USING", "WITH", "BY", "HAVING", "WHEN", "THEN", "ELSE", "CASE", "VALUES", "LIMIT", "FILTER",
-    "WITHIN", "UNION", "ALL", "DISTINCT", "IS", "LIKE", "BETWEEN", "ANY", "ARRAY", "INTERVAL",
+    "IN", "FROM", "AS", "OVER", "EXISTS", "AND", "OR", "NOT", "WHERE", "ON", "SELECT", "JOIN", "USING", "WITH", "BY",
+    "HAVING", "WHEN", "THEN", "ELSE", "CASE", "VALUES", "LIMIT", "FILTER", "WITHIN", "UNION", "ALL", "DISTINCT", "IS",
+    "LIKE", "BETWEEN", "ANY", "ARRAY", "INTERVAL",
 ];
 
 /// Words that end a table reference (so they are not an alias).
 const CLAUSE_WORDS: &[&str] = &[
-    "FINAL", "WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "JOIN", "INNER", "LEFT", "RIGHT",
-    "FULL", "CROSS", "ON", "USING", "UNION", "SETTINGS", "FORMAT", "PREWHERE", "SAMPLE", "ARRAY",
-    "GLOBAL", "ANY", "ALL", "AS", "WINDOW", "QUALIFY",
+    "FINAL", "WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "JOIN", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "ON",
+    "USING", "UNION", "SETTINGS", "FORMAT", "PREWHERE", "SAMPLE", "ARRAY", "GLOBAL", "ANY", "ALL", "AS", "WINDOW",
+    "QUALIFY",
 ];
 
 fn is_word_in(token: &Token, words: &[&str]) -> bool {
@@ -40,12 +41,7 @@ fn is_word_in(token: &Token, words: &[&str]) -> bool {
 /// The columns of a table, to expand `*` where a virtual column must stay out of it.
 pub type ColumnLookup<'a> = &'a dyn Fn(&str) -> Option<Vec<String>>;
 
-pub fn rewrite_select(
-    source: &str,
-    start: usize,
-    end: usize,
-    columns: ColumnLookup<'_>,
-) -> Result<RewrittenSelect> {
+pub fn rewrite_select(source: &str, start: usize, end: usize, columns: ColumnLookup<'_>) -> Result<RewrittenSelect> {
     let text = &source[start..end];
     let mut tokens = tokenize(text)?;
     let mut result = RewrittenSelect::default();
@@ -53,9 +49,7 @@ pub fn rewrite_select(
     let uses_part = tokens.iter().any(|t| t.ident() == Some("_part"));
     let star_columns = if uses_part {
         let from = tokens.iter().position(|t| t.is_word("FROM"));
-        from.and_then(|i| tokens.get(i + 1))
-            .and_then(|t| t.ident())
-            .and_then(columns)
+        from.and_then(|i| tokens.get(i + 1)).and_then(|t| t.ident()).and_then(columns)
     } else {
         None
     };
@@ -86,42 +80,24 @@ fn top_level_positions(tokens: &[Token]) -> Vec<usize> {
 }
 
 /// Takes `SETTINGS k = v, …` and `FORMAT Name` off the end of the outermost query.
-fn take_trailing_clauses(
-    tokens: &mut Vec<Token>,
-    text: &str,
-    result: &mut RewrittenSelect,
-) -> Result<()> {
-    let format_at = top_level_positions(tokens)
-        .into_iter()
-        .rev()
-        .find(|&i| tokens[i].is_word("FORMAT"));
+fn take_trailing_clauses(tokens: &mut Vec<Token>, text: &str, result: &mut RewrittenSelect) -> Result<()> {
+    let format_at = top_level_positions(tokens).into_iter().rev().find(|&i| tokens[i].is_word("FORMAT"));
     if let Some(i) = format_at {
         if i + 2 == tokens.len() {
             result.format = tokens[i + 1].ident().map(str::to_string);
             tokens.truncate(i);
         }
     }
-    let settings_at = top_level_positions(tokens)
-        .into_iter()
-        .rev()
-        .find(|&i| tokens[i].is_word("SETTINGS"));
+    let settings_at = top_level_positions(tokens).into_iter().rev().find(|&i| tokens[i].is_word("SETTINGS"));
     let Some(i) = settings_at else { return Ok(()) };
     let rest = &tokens[i + 1..];
     let mut j = 0;
     while j < rest.len() {
-        let name = rest[j]
-            .ident()
-            .ok_or_else(|| QueryError::syntax(text, rest[j].start, "expected a setting name"))?;
+        let name = rest[j].ident().ok_or_else(|| QueryError::syntax(text, rest[j].start, "expected a setting name"))?;
         if !rest.get(j + 1).is_some_and(|t| t.is_punct("=")) {
-            return Err(QueryError::syntax(
-                text,
-                rest[j].start,
-                "expected '=' after the setting name",
-            ));
+            return Err(QueryError::syntax(text, rest[j].start, "expected '=' after the setting name"));
         }
-        let value = rest
-            .get(j + 2)
-            .ok_or_else(|| QueryError::syntax(text, rest[j].end, "expected a setting value"))?;
+        let value = rest.get(j + 2).ok_or_else(|| QueryError::syntax(text, rest[j].end, "expected a setting value"))?;
         result.settings.push((name.to_string(), value.text.clone()));
         j += 3;
         if rest.get(j).is_some_and(|t| t.is_punct(",")) {
@@ -148,19 +124,14 @@ fn rewrite_table_refs(tokens: Vec<Token>, uses_part: bool) -> Vec<Token> {
             continue;
         };
         // A table function (`numbers(10)`) or a qualified name (`system.parts`) is left alone.
-        if tokens
-            .get(i + 1)
-            .is_some_and(|n| n.is_punct("(") || n.is_punct("."))
-        {
+        if tokens.get(i + 1).is_some_and(|n| n.is_punct("(") || n.is_punct(".")) {
             continue;
         }
         let name_token = tokens[i].clone();
         let mut j = i + 1;
         let mut alias = None;
         if tokens.get(j).is_some_and(|a| a.is_word("AS")) {
-            alias = tokens
-                .get(j + 1)
-                .and_then(|a| a.ident().map(str::to_string));
+            alias = tokens.get(j + 1).and_then(|a| a.ident().map(str::to_string));
             j += 2;
         } else if let Some(a) = tokens.get(j) {
             if a.ident().is_some() && !is_word_in(a, CLAUSE_WORDS) {
@@ -172,26 +143,14 @@ fn rewrite_table_refs(tokens: Vec<Token>, uses_part: bool) -> Vec<Token> {
         if !is_final && !uses_part {
             continue;
         }
-        let prefix = if is_final {
-            FINAL_PREFIX
-        } else {
-            VIRTUAL_PREFIX
+        let prefix = match (is_final, uses_part) {
+            (true, true) => FINAL_VIRTUAL_PREFIX,
+            (true, false) => FINAL_PREFIX,
+            _ => VIRTUAL_PREFIX,
         };
-        out.push(Token {
-            kind: TokenKind::QuotedIdent,
-            text: format!("{prefix}{name}"),
-            ..name_token.clone()
-        });
-        out.push(Token {
-            kind: TokenKind::Word,
-            text: "AS".into(),
-            ..name_token.clone()
-        });
-        out.push(Token {
-            kind: TokenKind::QuotedIdent,
-            text: alias.unwrap_or(name),
-            ..name_token
-        });
+        out.push(Token { kind: TokenKind::QuotedIdent, text: format!("{prefix}{name}"), ..name_token.clone() });
+        out.push(Token { kind: TokenKind::Word, text: "AS".into(), ..name_token.clone() });
+        out.push(Token { kind: TokenKind::QuotedIdent, text: alias.unwrap_or(name), ..name_token });
         i = if is_final { j + 1 } else { j };
     }
     out
@@ -209,11 +168,7 @@ fn matching_paren(tokens: &[Token], open: usize) -> Result<usize> {
             }
         }
     }
-    Err(QueryError::Syntax {
-        line: 0,
-        column: 0,
-        message: "unbalanced parentheses".into(),
-    })
+    Err(QueryError::Syntax { line: 0, column: 0, message: "unbalanced parentheses".into() })
 }
 
 fn split_top_level(tokens: &[Token]) -> Vec<&[Token]> {
@@ -236,11 +191,7 @@ fn split_top_level(tokens: &[Token]) -> Vec<&[Token]> {
 }
 
 fn emit_token(t: &Token, out: &mut String) {
-    let glue = t.is_punct(".")
-        || out.ends_with('.')
-        || out.ends_with('(')
-        || t.is_punct(")")
-        || t.is_punct(",");
+    let glue = t.is_punct(".") || out.ends_with('.') || out.ends_with('(') || t.is_punct(")") || t.is_punct(",");
     if !out.is_empty() && !glue && !out.ends_with(' ') {
         out.push(' ');
     }
@@ -262,12 +213,7 @@ fn emit_token(t: &Token, out: &mut String) {
 
 /// Emits a query; `outermost` names its unaliased select items the ClickHouse way and expands
 /// a bare `*` to `star` when given (virtual columns are not part of `*`).
-fn emit_select(
-    tokens: &[Token],
-    out: &mut String,
-    outermost: bool,
-    star: Option<&[String]>,
-) -> Result<()> {
+fn emit_select(tokens: &[Token], out: &mut String, outermost: bool, star: Option<&[String]>) -> Result<()> {
     if !outermost {
         return emit(tokens, out);
     }
@@ -282,48 +228,29 @@ fn emit_select(
             depth += 1;
         } else if t.is_punct(")") {
             depth -= 1;
-        } else if depth == 0
-            && is_word_in(
-                t,
-                &[
-                    "FROM", "WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "UNION",
-                ],
-            )
-        {
+        } else if depth == 0 && is_word_in(t, &["FROM", "WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "UNION"]) {
             from = i;
             break;
         }
     }
     emit(&tokens[..=select], out)?;
     let mut list_start = select + 1;
-    if tokens
-        .get(list_start)
-        .is_some_and(|t| t.is_word("DISTINCT"))
-    {
+    if tokens.get(list_start).is_some_and(|t| t.is_word("DISTINCT")) {
         emit_token(&tokens[list_start], out);
         list_start += 1;
     }
-    for (n, item) in split_top_level(&tokens[list_start..from])
-        .into_iter()
-        .enumerate()
-    {
+    for (n, item) in split_top_level(&tokens[list_start..from]).into_iter().enumerate() {
         if n > 0 {
             out.push(',');
         }
         if let (Some(star), true) = (star, item.len() == 1 && item[0].is_punct("*")) {
-            let quoted: Vec<String> = star
-                .iter()
-                .map(|c| format!(" \"{}\"", c.replace('"', "\"\"")))
-                .collect();
+            let quoted: Vec<String> = star.iter().map(|c| format!(" \"{}\"", c.replace('"', "\"\""))).collect();
             out.push_str(&quoted.join(","));
             continue;
         }
         emit(item, out)?;
         let has_alias = item.len() >= 2 && item[item.len() - 2].is_word("AS");
-        let plain = item.len() == 1
-            || item
-                .iter()
-                .all(|t| t.ident().is_some() || t.is_punct(".") || t.is_punct("*"));
+        let plain = item.len() == 1 || item.iter().all(|t| t.ident().is_some() || t.is_punct(".") || t.is_punct("*"));
         if !has_alias && !plain {
             out.push_str(" AS \"");
             out.push_str(&clickhouse_name(item).replace('"', "\"\""));
@@ -361,15 +288,10 @@ fn emit(tokens: &[Token], out: &mut String) -> Result<()> {
     let mut i = 0;
     while i < tokens.len() {
         let t = &tokens[i];
-        let is_call = t.kind == TokenKind::Word
-            && tokens.get(i + 1).is_some_and(|n| n.is_punct("("))
-            && !is_word_in(t, KEYWORDS);
+        let is_call =
+            t.kind == TokenKind::Word && tokens.get(i + 1).is_some_and(|n| n.is_punct("(")) && !is_word_in(t, KEYWORDS);
         if !is_call {
-            if t.is_punct("(")
-                && tokens
-                    .get(i + 1)
-                    .is_some_and(|n| n.is_word("SELECT") || n.is_word("WITH"))
-            {
+            if t.is_punct("(") && tokens.get(i + 1).is_some_and(|n| n.is_word("SELECT") || n.is_word("WITH")) {
                 let close = matching_paren(tokens, i)?;
                 emit_token(t, out);
                 emit_select(&tokens[i + 1..close], out, false, None)?;
@@ -407,10 +329,7 @@ fn cast(arg: &str, ty: &str) -> String {
 fn render_call(name: &str, args: &[String]) -> Result<String> {
     let arg = |i: usize| -> Result<&str> {
         args.get(i).map(String::as_str).ok_or_else(|| {
-            QueryError::Invalid(format!(
-                "Number of arguments for function {name} doesn't match: passed {}",
-                args.len()
-            ))
+            QueryError::Invalid(format!("Number of arguments for function {name} doesn't match: passed {}", args.len()))
         })
     };
     let int_types = [
@@ -428,16 +347,9 @@ fn render_call(name: &str, args: &[String]) -> Result<String> {
     if let Some((_, ty)) = int_types.iter().find(|(f, _)| *f == name) {
         return Ok(cast(arg(0)?, ty));
     }
-    if let Some(base) = name
-        .strip_suffix("If")
-        .filter(|b| !b.is_empty() && *b != "multi" && *b != "null")
-    {
+    if let Some(base) = name.strip_suffix("If").filter(|b| !b.is_empty() && *b != "multi" && *b != "null") {
         if let Some((cond, rest)) = args.split_last() {
-            let inner = if base == "count" {
-                "count(*)".to_string()
-            } else {
-                render_call(base, rest)?
-            };
+            let inner = if base == "count" { "count(*)".to_string() } else { render_call(base, rest)? };
             return Ok(format!("{inner} FILTER (WHERE {cond})"));
         }
     }
@@ -520,24 +432,17 @@ mod tests {
 
     #[test]
     fn trailing_format_and_settings() {
-        let r = rewrite("SELECT k FROM t FINAL SETTINGS do_not_merge_across_partitions_select_final = 1 FORMAT JSONEachRow");
-        assert_eq!(r.format.as_deref(), Some("JSONEachRow"));
-        assert_eq!(
-            r.settings,
-            vec![(
-                "do_not_merge_across_partitions_select_final".to_string(),
-                "1".to_string()
-            )]
+        let r = rewrite(
+            "SELECT k FROM t FINAL SETTINGS do_not_merge_across_partitions_select_final = 1 FORMAT JSONEachRow",
         );
+        assert_eq!(r.format.as_deref(), Some("JSONEachRow"));
+        assert_eq!(r.settings, vec![("do_not_merge_across_partitions_select_final".to_string(), "1".to_string())]);
         assert_eq!(r.sql, "SELECT k FROM \"__final__t\" AS \"t\"");
     }
 
     #[test]
     fn part_column_selects_the_virtual_provider() {
         let r = rewrite("SELECT _part, k FROM t ORDER BY _part");
-        assert_eq!(
-            r.sql,
-            "SELECT _part, k FROM \"__virtual__t\" AS \"t\" ORDER BY _part"
-        );
+        assert_eq!(r.sql, "SELECT _part, k FROM \"__virtual__t\" AS \"t\" ORDER BY _part");
     }
 }

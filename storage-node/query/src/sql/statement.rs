@@ -44,70 +44,38 @@ pub struct Insert {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Statement {
-    CreateTable {
-        def: TableDef,
-        if_not_exists: bool,
-    },
-    DropTable {
-        name: String,
-        if_exists: bool,
-    },
+    CreateTable { def: TableDef, if_not_exists: bool },
+    DropTable { name: String, if_exists: bool },
     ShowTables,
-    Describe {
-        table: String,
-    },
+    Describe { table: String },
     Insert(Insert),
-    Select {
-        start: usize,
-        end: usize,
-    },
-    Optimize {
-        table: String,
-        partition: Option<PartitionSpec>,
-        final_merge: bool,
-        cleanup: bool,
-    },
-    SystemMerges {
-        table: Option<String>,
-        stop: bool,
-    },
-    Set {
-        settings: Vec<(String, String)>,
-    },
+    Select { start: usize, end: usize },
+    Optimize { table: String, partition: Option<PartitionSpec>, final_merge: bool, cleanup: bool },
+    SystemMerges { table: Option<String>, stop: bool },
+    Set { settings: Vec<(String, String)> },
 }
 
 pub fn parse_statement(source: &str, tokens: &[Token], end: usize) -> Result<Statement> {
     let mut c = Cursor::new(source, tokens, end);
     let first = c.peek().ok_or_else(|| c.error("expected a statement"))?;
     let statement = if first.is_word("SELECT") || first.is_word("WITH") || first.is_punct("(") {
-        return Ok(Statement::Select {
-            start: first.start,
-            end,
-        });
+        return Ok(Statement::Select { start: first.start, end });
     } else if c.eat_word("CREATE") {
         if !c.eat_word("TABLE") {
             return Err(c.error("expected TABLE (only CREATE TABLE is supported)"));
         }
         let if_not_exists = c.eat_words(&["IF", "NOT", "EXISTS"]);
-        Statement::CreateTable {
-            def: parse_create_table(&mut c)?,
-            if_not_exists,
-        }
+        Statement::CreateTable { def: parse_create_table(&mut c)?, if_not_exists }
     } else if c.eat_word("DROP") {
         c.expect_word("TABLE")?;
         let if_exists = c.eat_words(&["IF", "EXISTS"]);
-        Statement::DropTable {
-            name: c.table_name()?,
-            if_exists,
-        }
+        Statement::DropTable { name: c.table_name()?, if_exists }
     } else if c.eat_word("SHOW") {
         c.expect_word("TABLES")?;
         Statement::ShowTables
     } else if c.eat_word("DESCRIBE") || c.eat_word("DESC") {
         c.eat_word("TABLE");
-        Statement::Describe {
-            table: c.table_name()?,
-        }
+        Statement::Describe { table: c.table_name()? }
     } else if c.eat_word("INSERT") {
         Statement::Insert(parse_insert(&mut c)?)
     } else if c.eat_word("OPTIMIZE") {
@@ -121,16 +89,10 @@ pub fn parse_statement(source: &str, tokens: &[Token], end: usize) -> Result<Sta
             return Err(c.error("expected STOP or START"));
         };
         c.expect_word("MERGES")?;
-        let table = if c.is_done() {
-            None
-        } else {
-            Some(c.table_name()?)
-        };
+        let table = if c.is_done() { None } else { Some(c.table_name()?) };
         Statement::SystemMerges { table, stop }
     } else if c.eat_word("SET") {
-        Statement::Set {
-            settings: parse_settings_list(&mut c)?,
-        }
+        Statement::Set { settings: parse_settings_list(&mut c)? }
     } else {
         return Err(c.error("expected a statement (SELECT, INSERT, CREATE TABLE, DROP TABLE, OPTIMIZE, SYSTEM, SHOW TABLES, DESCRIBE, SET)"));
     };
@@ -176,10 +138,7 @@ fn parse_insert(c: &mut Cursor<'_>) -> Result<Insert> {
     }
     let end = c.statement_end();
     let source = if c.eat_word("VALUES") {
-        InsertSource::Values {
-            start: c.offset(),
-            end,
-        }
+        InsertSource::Values { start: c.offset(), end }
     } else if c.eat_word("FORMAT") {
         let format_token = c.peek().map(|t| t.end).unwrap_or(end);
         let format = c.ident("a format name")?;
@@ -188,20 +147,12 @@ fn parse_insert(c: &mut Cursor<'_>) -> Result<Insert> {
         while c.advance().is_some() {}
         InsertSource::Format { format, start, end }
     } else if c.peek_word("SELECT") || c.peek_word("WITH") {
-        InsertSource::Select {
-            start: c.offset(),
-            end,
-        }
+        InsertSource::Select { start: c.offset(), end }
     } else {
         return Err(c.error("expected VALUES, FORMAT or SELECT"));
     };
     while c.advance().is_some() {}
-    Ok(Insert {
-        table,
-        columns,
-        settings,
-        source,
-    })
+    Ok(Insert { table, columns, settings, source })
 }
 
 fn parse_optimize(c: &mut Cursor<'_>) -> Result<Statement> {
@@ -229,19 +180,12 @@ fn parse_optimize(c: &mut Cursor<'_>) -> Result<Statement> {
             }
             PartitionSpec::Value(values)
         } else if c.peek_word("ALL") {
-            return Err(QueryError::Unsupported(
-                "Only Support DROP/DETACH/ATTACH PARTITION ALL currently".into(),
-            ));
+            return Err(QueryError::Unsupported("Only Support DROP/DETACH/ATTACH PARTITION ALL currently".into()));
         } else {
             PartitionSpec::Value(vec![c.literal("a partition value")?])
         });
     }
     let final_merge = c.eat_word("FINAL");
     let cleanup = c.eat_word("CLEANUP");
-    Ok(Statement::Optimize {
-        table,
-        partition,
-        final_merge,
-        cleanup,
-    })
+    Ok(Statement::Optimize { table, partition, final_merge, cleanup })
 }
