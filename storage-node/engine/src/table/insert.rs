@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow_row::{RowConverter, SortField};
 use tracing::debug;
@@ -14,6 +14,7 @@ use crate::error::{EngineError, Result};
 use crate::key_expr::KeyExpr;
 use crate::merge::{build_algorithm, AlgorithmOptions, SortedMerge, SortedStream};
 use crate::part::{name::PartName, ClosedPart, DataPart, PartWriter};
+use crate::schema::EngineKind;
 
 #[derive(Debug, Clone, Default)]
 pub struct InsertOptions {
@@ -30,25 +31,89 @@ pub struct InsertSummary {
     pub deduplicated: usize,
 }
 
+/// A block sorted by its key, and whether two of its rows share a key.
+pub struct SortedBlock {
+    pub batch: RecordBatch,
+    pub has_duplicate_keys: bool,
+}
+
 /// Sorts a batch by its key columns; stable, so that rows of equal key keep insertion order
 /// (the last inserted row wins a Replacing tie).
-pub fn sort_by_key(batch: &RecordBatch, key_columns: &[usize]) -> Result<RecordBatch> {
-    if key_columns.is_empty() || batch.num_rows() < 2 {
-        return Ok(batch.clone());
+pub fn sort_by_key(batch: &RecordBatch, key_columns: &[usize]) -> Result<SortedBlock> {
+    if batch.num_rows() < 2 {
+        return Ok(SortedBlock { batch: batch.clone(), has_duplicate_keys: false });
     }
+    if key_columns.is_empty() {
+        return Ok(SortedBlock { batch: batch.clone(), has_duplicate_keys: true });
+    }
+    let (order, has_duplicate_keys) = match integer_key(batch, key_columns) {
+        Some(keys) => sort_integer_keys(keys),
+        None => sort_rows(batch, key_columns)?,
+    };
+    let Some(order) = order else { return Ok(SortedBlock { batch: batch.clone(), has_duplicate_keys }) };
+    let indices = UInt32Array::from(order);
+    let columns =
+        batch.columns().iter().map(|c| take(c.as_ref(), &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(SortedBlock { batch: RecordBatch::try_new(batch.schema(), columns)?, has_duplicate_keys })
+}
+
+/// A single integer-like key without NULLs, as order-preserving u64s.
+fn integer_key(batch: &RecordBatch, key_columns: &[usize]) -> Option<Vec<u64>> {
+    use arrow::datatypes::*;
+    let [column] = key_columns else { return None };
+    let array = batch.column(*column);
+    if array.null_count() > 0 {
+        return None;
+    }
+    // Signed values are shifted by flipping the sign bit, so unsigned order is signed order.
+    macro_rules! keys {
+        ($t:ty, $f:expr) => {
+            Some(array.as_primitive::<$t>().values().iter().map($f).collect())
+        };
+    }
+    match array.data_type() {
+        DataType::UInt8 => keys!(UInt8Type, |&v| v as u64),
+        DataType::UInt16 => keys!(UInt16Type, |&v| v as u64),
+        DataType::UInt32 => keys!(UInt32Type, |&v| v as u64),
+        DataType::UInt64 => keys!(UInt64Type, |&v| v),
+        DataType::Int8 => keys!(Int8Type, |&v| (v as i64 as u64) ^ (1 << 63)),
+        DataType::Int16 => keys!(Int16Type, |&v| (v as i64 as u64) ^ (1 << 63)),
+        DataType::Int32 => keys!(Int32Type, |&v| (v as i64 as u64) ^ (1 << 63)),
+        DataType::Int64 => keys!(Int64Type, |&v| (v as u64) ^ (1 << 63)),
+        DataType::Date32 => keys!(Date32Type, |&v| (v as i64 as u64) ^ (1 << 63)),
+        DataType::Timestamp(TimeUnit::Second, None) => keys!(TimestampSecondType, |&v| (v as u64) ^ (1 << 63)),
+        _ => None,
+    }
+}
+
+/// The sorting permutation (`None` when already sorted) and whether keys repeat.
+fn sort_integer_keys(keys: Vec<u64>) -> (Option<Vec<u32>>, bool) {
+    if keys.windows(2).all(|w| w[0] < w[1]) {
+        return (None, false);
+    }
+    if keys.windows(2).all(|w| w[0] <= w[1]) {
+        return (None, true);
+    }
+    let mut pairs: Vec<(u64, u32)> = keys.into_iter().zip(0u32..).collect();
+    // The index breaks ties: a stable order.
+    pairs.sort_unstable();
+    let duplicates = pairs.windows(2).any(|w| w[0].0 == w[1].0);
+    (Some(pairs.into_iter().map(|(_, i)| i).collect()), duplicates)
+}
+
+fn sort_rows(batch: &RecordBatch, key_columns: &[usize]) -> Result<(Option<Vec<u32>>, bool)> {
     let fields = key_columns.iter().map(|&c| SortField::new(batch.schema().field(c).data_type().clone())).collect();
     let converter = RowConverter::new(fields)?;
     let keys: Vec<_> = key_columns.iter().map(|&c| batch.column(c).clone()).collect();
     let rows = converter.convert_columns(&keys)?;
-    if (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i)) {
-        return Ok(batch.clone());
+    let encoded: Vec<&[u8]> = (0..rows.num_rows()).map(|i| rows.row(i).data()).collect();
+    if encoded.windows(2).all(|w| w[0] <= w[1]) {
+        return Ok((None, encoded.windows(2).any(|w| w[0] == w[1])));
     }
     let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
-    order.sort_unstable_by(|&a, &b| rows.row(a as usize).cmp(&rows.row(b as usize)).then(a.cmp(&b)));
-    let indices = UInt32Array::from(order);
-    let columns =
-        batch.columns().iter().map(|c| take(c.as_ref(), &indices, None)).collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+    order.sort_unstable_by(|&a, &b| encoded[a as usize].cmp(encoded[b as usize]).then(a.cmp(&b)));
+    let duplicates = order.windows(2).any(|w| encoded[w[0] as usize] == encoded[w[1] as usize]);
+    Ok((Some(order), duplicates))
 }
 
 impl Table {
@@ -128,10 +193,15 @@ impl Table {
     }
 
     /// The engine's algorithm over one sorted block (optimize_on_insert), into the writer.
-    fn write_block(&self, writer: &mut PartWriter, sorted: RecordBatch) -> Result<()> {
-        if !self.def.engine.merges_rows() {
-            return writer.write(&sorted);
+    fn write_block(&self, writer: &mut PartWriter, sorted: SortedBlock) -> Result<()> {
+        // Without repeated keys every group is one row, which every algorithm but Summing's
+        // (it drops a lone row whose sums are zero) keeps as it is.
+        let passes_through =
+            !sorted.has_duplicate_keys && !matches!(self.def.engine, EngineKind::SummingMergeTree { .. });
+        if !self.def.engine.merges_rows() || passes_through {
+            return writer.write(&sorted.batch);
         }
+        let sorted = sorted.batch;
         let algorithm = build_algorithm(&self.def, &self.schema, AlgorithmOptions::default())?;
         let source: SortedStream = Box::new(std::iter::once(Ok(sorted)));
         let merge = SortedMerge::new(self.schema.clone(), self.key_columns.clone(), vec![(source, false)], algorithm)?;
