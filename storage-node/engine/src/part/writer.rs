@@ -106,6 +106,48 @@ impl PartWriter {
         self.rows
     }
 
+    /// Writes every batch of `batches` with the encoding on a thread of its own, so that the
+    /// producer (a merge) and the Parquet encoder each keep a core busy. On an error of either
+    /// side the unfinished part is removed.
+    pub fn write_all_pipelined(self, batches: impl Iterator<Item = Result<RecordBatch>>) -> Result<PartWriter> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<RecordBatch>(4);
+        let (writer, produced, written) = std::thread::scope(|scope| {
+            let encoder = scope.spawn(move || {
+                let mut writer = self;
+                let mut result = Ok(());
+                for batch in receiver {
+                    result = writer.write(&batch);
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                (writer, result)
+            });
+            let mut produced = Ok(());
+            for batch in batches {
+                match batch {
+                    Ok(batch) => {
+                        if sender.send(batch).is_err() {
+                            break; // the encoder stopped on an error, reported below
+                        }
+                    }
+                    Err(e) => {
+                        produced = Err(e);
+                        break;
+                    }
+                }
+            }
+            drop(sender);
+            let (writer, written) = encoder.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (writer, produced, written)
+        });
+        if let Err(e) = produced.and(written) {
+            writer.abort();
+            return Err(e);
+        }
+        Ok(writer)
+    }
+
     pub fn partition(&self) -> &Partition {
         &self.partition
     }

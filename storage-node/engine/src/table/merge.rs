@@ -118,23 +118,15 @@ impl Table {
             .collect::<Result<Vec<_>>>()?;
         let algorithm = build_algorithm(&self.def, &self.schema, options)?;
         let merge = SortedMerge::new(self.schema.clone(), self.key_columns.clone(), sources, algorithm)?;
-        let mut writer = PartWriter::create(
+        let writer = PartWriter::create(
             &self.dir,
             &format!("merge_{name}"),
             first.meta.partition.clone(),
             self.schema.clone(),
             self.key_columns.clone(),
             self.def.settings.index_granularity,
-        )?;
-        for batch in merge {
-            match batch.and_then(|b| writer.write(&b)) {
-                Ok(()) => {}
-                Err(e) => {
-                    writer.abort();
-                    return Err(e);
-                }
-            }
-        }
+        )?
+        .write_all_pipelined(merge)?;
         let rows = writer.rows();
         let part = writer.close(None)?.commit(name)?;
         info!(table = %self.def.name, part = %part.name, rows, "merged parts");

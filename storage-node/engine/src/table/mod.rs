@@ -5,6 +5,7 @@
 //! (`Arc`s of the parts), so a part that a merge outdated stays on disk until the last reader
 //! lets go of it.
 
+mod final_read;
 pub mod insert;
 mod merge;
 mod read;
@@ -16,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use arrow::datatypes::SchemaRef;
 use tracing::{info, warn};
 
+pub use final_read::FinalTask;
 pub use insert::InsertOptions;
 pub use merge::OptimizeRequest;
 pub use read::{KeyBound, KeyRange, ReadOptions};

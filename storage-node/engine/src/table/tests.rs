@@ -125,3 +125,41 @@ fn too_many_parts_fails_the_insert() {
     let err = table.insert(block(&table, 100..110), &InsertOptions::default()).expect_err("too many parts");
     assert!(matches!(err, EngineError::TooManyParts { parts: 3, .. }), "{err}");
 }
+
+#[test]
+fn final_split_into_key_ranges_equals_one_merge() {
+    use crate::schema::EngineKind;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut definition = def(TableSettings { index_granularity: 1000, ..Default::default() });
+    definition.engine = EngineKind::ReplacingMergeTree { version: Some("v".into()), is_deleted: None };
+    let table = Table::create(&dir.path().join("t"), definition).expect("create");
+    table.stop_merges();
+    // Three overlapping parts with every key repeated, and one part beyond them.
+    for (offset, step) in [(0u64, 3u64), (1, 2), (0, 1)] {
+        let keys: Vec<u64> = (0..100_000u64).map(|i| (i * step + offset) % 120_000).collect();
+        let k: ArrayRef = Arc::new(UInt64Array::from(keys.clone()));
+        let v: ArrayRef = Arc::new(UInt64Array::from_iter_values(keys.iter().map(|x| x % 7 + step)));
+        table.insert(RecordBatch::try_new(table.schema(), vec![k, v]).expect("block"), &InsertOptions::default()).expect("insert");
+    }
+    table.insert(block(&table, 500_000..520_000), &InsertOptions::default()).expect("insert");
+    let options = ReadOptions { columns: vec![0, 1], ..Default::default() };
+    let collect = |tasks: Vec<FinalTask>| -> Vec<(u64, u64)> {
+        tasks
+            .into_iter()
+            .flat_map(FinalTask::into_stream)
+            .flat_map(|b| {
+                let b = b.expect("batch");
+                let k = b.column(0).as_primitive::<UInt64Type>().values().to_vec();
+                let v = b.column(1).as_primitive::<UInt64Type>().values().to_vec();
+                k.into_iter().zip(v).collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let single = collect(table.plan_final(&options, 1).expect("plan"));
+    let tasks = table.plan_final(&options, 3).expect("plan");
+    assert_eq!(tasks.len(), 3);
+    let split = collect(tasks);
+    assert_eq!(split.len(), single.len());
+    assert_eq!(split, single);
+    assert!(split.windows(2).all(|w| w[0].0 < w[1].0), "one row per key, in key order");
+}

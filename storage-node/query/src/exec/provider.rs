@@ -1,7 +1,7 @@
 //! DataFusion table providers over engine tables: plain reads (with primary-key pruning),
 //! FINAL reads, and reads with the `_part` virtual column.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, RecordBatch};
 use arrow::compute::cast;
@@ -16,7 +16,7 @@ use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator, TableProvide
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
-use mergestream_engine::table::{KeyBound, KeyRange};
+use mergestream_engine::table::{FinalTask, KeyBound, KeyRange};
 use mergestream_engine::{ReadOptions, Table};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -146,7 +146,7 @@ impl TableProvider for EngineTableProvider {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
@@ -187,28 +187,58 @@ impl TableProvider for EngineTableProvider {
                 }
             })
             .collect();
-        let partition = Arc::new(EnginePartition {
-            table: self.table.clone(),
-            options,
-            schema: read_schema.clone(),
-            final_read: matches!(self.mode, ScanMode::Final { .. }),
-        });
-        let exec = StreamingTableExec::try_new(read_schema, vec![partition], Some(&positions), vec![], false, limit)?;
+        let partitions: Vec<Arc<dyn PartitionStream>> = if matches!(self.mode, ScanMode::Final { .. }) {
+            // FINAL runs as one task per key range, one per core.
+            let parallelism = state.config().target_partitions();
+            let tasks = self.table.plan_final(&options, parallelism).map_err(external)?;
+            if tasks.is_empty() {
+                // No parts: a scan of nothing.
+                vec![Arc::new(EnginePartition {
+                    read: Mutex::new(Some(Read::Scan(self.table.clone(), options))),
+                    schema: read_schema.clone(),
+                    table_name: self.table.name().to_string(),
+                }) as Arc<dyn PartitionStream>]
+            } else {
+                tasks
+                    .into_iter()
+                    .map(|task| {
+                        Arc::new(EnginePartition {
+                            read: Mutex::new(Some(Read::Final(task))),
+                            schema: read_schema.clone(),
+                            table_name: self.table.name().to_string(),
+                        }) as Arc<dyn PartitionStream>
+                    })
+                    .collect()
+            }
+        } else {
+            vec![Arc::new(EnginePartition {
+                read: Mutex::new(Some(Read::Scan(self.table.clone(), options))),
+                schema: read_schema.clone(),
+                table_name: self.table.name().to_string(),
+            })]
+        };
+        let exec = StreamingTableExec::try_new(read_schema, partitions, Some(&positions), vec![], false, limit)?;
         Ok(Arc::new(exec))
     }
 }
 
-/// One partition of a scan: the engine's read, run on a blocking thread.
+/// What one partition reads.
+enum Read {
+    Scan(Arc<Table>, ReadOptions),
+    Final(FinalTask),
+}
+
+/// One partition of a scan: the engine's read, run on a blocking thread. A partition is
+/// executed once; the read is taken out of it then.
 struct EnginePartition {
-    table: Arc<Table>,
-    options: ReadOptions,
+    read: Mutex<Option<Read>>,
     schema: SchemaRef,
-    final_read: bool,
+    table_name: String,
 }
 
 impl std::fmt::Debug for EnginePartition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EnginePartition").field("table", &self.table.name()).field("final", &self.final_read).finish()
+        f.debug_struct("EnginePartition").field("table", &self.table_name).finish()
     }
 }
 
@@ -223,12 +253,18 @@ impl PartitionStream for EnginePartition {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let (sender, receiver) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
-        let table = self.table.clone();
-        let options = self.options.clone();
-        let final_read = self.final_read;
+        let read = self.read.lock().ok().and_then(|mut r| r.take());
         // Decoding and merging are CPU work: they run off the async runtime.
         tokio::task::spawn_blocking(move || {
-            let streams = if final_read { table.read_final(&options).map(|s| vec![s]) } else { table.scan(&options) };
+            let streams = match read {
+                Some(Read::Final(task)) => Ok(vec![task.into_stream()]),
+                Some(Read::Scan(table, options)) => table.scan(&options),
+                None => {
+                    let error = DataFusionError::Execution("a table partition was executed twice".into());
+                    let _ = sender.blocking_send(Err(error));
+                    return;
+                }
+            };
             let streams = match streams {
                 Ok(streams) => streams,
                 Err(e) => {
