@@ -9,7 +9,7 @@
 pub mod meta;
 pub mod name;
 mod reader;
-mod writer;
+pub mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -22,7 +22,7 @@ use crate::key_expr::Partition;
 
 /// Rows per Parquet row group: large enough for good compression, small enough that a merge
 /// or FINAL reading many parts at once holds little of each in memory.
-const ROW_GROUP_ROWS: usize = 65_536;
+pub const ROW_GROUP_ROWS: usize = 65_536;
 
 pub struct PartWriter {
     table_dir: PathBuf,

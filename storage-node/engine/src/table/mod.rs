@@ -20,7 +20,7 @@ use tracing::{info, warn};
 pub use final_read::FinalTask;
 pub use insert::InsertOptions;
 pub use merge::OptimizeRequest;
-pub use read::{KeyBound, KeyRange, ReadOptions};
+pub use read::{KeyBound, KeyRange, ReadOptions, ScanTask};
 
 use crate::commit::{BlockCommitter, LocalCommitter};
 use crate::error::{EngineError, Result};

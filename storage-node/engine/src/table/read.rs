@@ -10,6 +10,7 @@ use arrow_row::{RowConverter, SortField};
 use super::Table;
 use crate::error::Result;
 use crate::merge::{SortedStream, MERGE_BLOCK_ROWS};
+use crate::part::writer::ROW_GROUP_ROWS;
 use crate::part::DataPart;
 
 /// The virtual column naming the part a row was read from.
@@ -52,18 +53,69 @@ impl Table {
 
     /// Reads the active parts, one stream per part, skipping granules outside the key range.
     pub fn scan(&self, options: &ReadOptions) -> Result<Vec<SortedStream>> {
-        let mut streams = Vec::new();
+        self.plan_scan(options, 1)?.into_iter().map(ScanTask::into_stream).collect()
+    }
+
+    /// Plans a plain read as up to `parallelism` tasks of similar size. The rows to read (after
+    /// primary-key pruning) are cut at Parquet row-group boundaries, so that every task decodes
+    /// whole row groups.
+    pub fn plan_scan(&self, options: &ReadOptions, parallelism: usize) -> Result<Vec<ScanTask>> {
+        let mut pieces: Vec<(Arc<DataPart>, Range<usize>)> = Vec::new();
         for part in self.snapshot() {
             let ranges = match &options.key_range {
                 Some(range) => matching_granules(&part, range)?,
                 None => std::iter::once(0..part.rows() as usize).collect(),
             };
-            if ranges.is_empty() {
-                continue;
+            for range in ranges {
+                let mut start = range.start;
+                while start < range.end {
+                    let end = range.end.min((start / ROW_GROUP_ROWS + 1) * ROW_GROUP_ROWS);
+                    pieces.push((part.clone(), start..end));
+                    start = end;
+                }
             }
-            streams.push(part_stream(&part, &options.columns, Some(&ranges), options.with_part_column)?);
         }
-        Ok(streams)
+        let total: usize = pieces.iter().map(|(_, r)| r.len()).sum();
+        let per_task = total.div_ceil(parallelism.max(1)).max(1);
+        let mut tasks: Vec<ScanTask> = Vec::new();
+        let mut filled = per_task;
+        for (part, rows) in pieces {
+            if filled >= per_task {
+                tasks.push(ScanTask {
+                    columns: options.columns.clone(),
+                    with_part_column: options.with_part_column,
+                    pieces: Vec::new(),
+                });
+                filled = 0;
+            }
+            filled += rows.len();
+            let task = tasks.last_mut().expect("a task was pushed");
+            match task.pieces.last_mut() {
+                Some((last, ranges)) if Arc::ptr_eq(last, &part) => ranges.push(rows),
+                _ => task.pieces.push((part, vec![rows])),
+            }
+        }
+        Ok(tasks)
+    }
+}
+
+/// One share of a plain read: row ranges of parts.
+pub struct ScanTask {
+    columns: Vec<usize>,
+    with_part_column: bool,
+    pieces: Vec<(Arc<DataPart>, Vec<Range<usize>>)>,
+}
+
+impl ScanTask {
+    /// The task's rows, read lazily part after part.
+    pub fn into_stream(self) -> Result<SortedStream> {
+        let ScanTask { columns, with_part_column, pieces } = self;
+        Ok(Box::new(pieces.into_iter().flat_map(move |(part, ranges)| {
+            match part_stream(&part, &columns, Some(&ranges), with_part_column) {
+                Ok(stream) => stream,
+                Err(e) => Box::new(std::iter::once(Err(e))) as SortedStream,
+            }
+        })))
     }
 }
 

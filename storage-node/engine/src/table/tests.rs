@@ -139,7 +139,9 @@ fn final_split_into_key_ranges_equals_one_merge() {
         let keys: Vec<u64> = (0..100_000u64).map(|i| (i * step + offset) % 120_000).collect();
         let k: ArrayRef = Arc::new(UInt64Array::from(keys.clone()));
         let v: ArrayRef = Arc::new(UInt64Array::from_iter_values(keys.iter().map(|x| x % 7 + step)));
-        table.insert(RecordBatch::try_new(table.schema(), vec![k, v]).expect("block"), &InsertOptions::default()).expect("insert");
+        table
+            .insert(RecordBatch::try_new(table.schema(), vec![k, v]).expect("block"), &InsertOptions::default())
+            .expect("insert");
     }
     table.insert(block(&table, 500_000..520_000), &InsertOptions::default()).expect("insert");
     let options = ReadOptions { columns: vec![0, 1], ..Default::default() };

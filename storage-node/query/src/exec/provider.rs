@@ -16,7 +16,7 @@ use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator, TableProvide
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
-use mergestream_engine::table::{FinalTask, KeyBound, KeyRange};
+use mergestream_engine::table::{FinalTask, KeyBound, KeyRange, ScanTask};
 use mergestream_engine::{ReadOptions, Table};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -194,7 +194,7 @@ impl TableProvider for EngineTableProvider {
             if tasks.is_empty() {
                 // No parts: a scan of nothing.
                 vec![Arc::new(EnginePartition {
-                    read: Mutex::new(Some(Read::Scan(self.table.clone(), options))),
+                    read: Mutex::new(Some(Read::Nothing)),
                     schema: read_schema.clone(),
                     table_name: self.table.name().to_string(),
                 }) as Arc<dyn PartitionStream>]
@@ -211,11 +211,20 @@ impl TableProvider for EngineTableProvider {
                     .collect()
             }
         } else {
-            vec![Arc::new(EnginePartition {
-                read: Mutex::new(Some(Read::Scan(self.table.clone(), options))),
-                schema: read_schema.clone(),
-                table_name: self.table.name().to_string(),
-            })]
+            let parallelism = state.config().target_partitions();
+            let tasks = self.table.plan_scan(&options, parallelism).map_err(external)?;
+            let partition = |read| {
+                Arc::new(EnginePartition {
+                    read: Mutex::new(Some(read)),
+                    schema: read_schema.clone(),
+                    table_name: self.table.name().to_string(),
+                }) as Arc<dyn PartitionStream>
+            };
+            if tasks.is_empty() {
+                vec![partition(Read::Nothing)]
+            } else {
+                tasks.into_iter().map(|t| partition(Read::Scan(t))).collect()
+            }
         };
         let exec = StreamingTableExec::try_new(read_schema, partitions, Some(&positions), vec![], false, limit)?;
         Ok(Arc::new(exec))
@@ -224,8 +233,10 @@ impl TableProvider for EngineTableProvider {
 
 /// What one partition reads.
 enum Read {
-    Scan(Arc<Table>, ReadOptions),
+    Scan(ScanTask),
     Final(FinalTask),
+    /// An empty table.
+    Nothing,
 }
 
 /// One partition of a scan: the engine's read, run on a blocking thread. A partition is
@@ -258,7 +269,8 @@ impl PartitionStream for EnginePartition {
         tokio::task::spawn_blocking(move || {
             let streams = match read {
                 Some(Read::Final(task)) => Ok(vec![task.into_stream()]),
-                Some(Read::Scan(table, options)) => table.scan(&options),
+                Some(Read::Scan(task)) => task.into_stream().map(|s| vec![s]),
+                Some(Read::Nothing) => Ok(vec![]),
                 None => {
                     let error = DataFusionError::Execution("a table partition was executed twice".into());
                     let _ = sender.blocking_send(Err(error));
