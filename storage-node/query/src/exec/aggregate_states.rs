@@ -23,8 +23,8 @@ use crate::input::value::{column_from_values, Value};
 /// Registers every `fState` / `fMerge` and `finalizeAggregation`.
 pub fn register(ctx: &datafusion::prelude::SessionContext) {
     for name in STATE_FUNCTIONS {
-        ctx.register_udaf(AggregateUDF::from(StateFunction::new(name)));
-        ctx.register_udaf(AggregateUDF::from(MergeFunction::new(name)));
+        ctx.register_udaf(AggregateUDF::from(CombinatorFunction::new(name, Combinator::State)));
+        ctx.register_udaf(AggregateUDF::from(CombinatorFunction::new(name, Combinator::Merge)));
     }
     ctx.register_udf(ScalarUDF::from(FinalizeAggregation::new()));
 }
@@ -126,37 +126,69 @@ fn decode(array: &dyn Array, row: usize) -> DfResult<Option<State>> {
     State::decode(bytes).map(Some).map_err(|e| DataFusionError::Execution(e.to_string()))
 }
 
-/// `fState(args…)`: the state of `f` over the group, as AggregateFunction(f, T…) bytes.
+/// The two combinators over states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Combinator {
+    /// `fState(args…)`: the state of `f` over the group, as AggregateFunction(f, T…) bytes.
+    State,
+    /// `fMerge(states)`: merges AggregateFunction(f, …) states and finalizes them.
+    Merge,
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct StateFunction {
+struct CombinatorFunction {
     function: String,
+    combinator: Combinator,
     name: String,
     /// DataFusion looks functions up by their lower-cased name.
     aliases: Vec<String>,
     signature: Signature,
 }
 
-impl StateFunction {
-    fn new(function: &str) -> StateFunction {
-        let name = format!("{function}State");
-        StateFunction {
+impl CombinatorFunction {
+    fn new(function: &str, combinator: Combinator) -> CombinatorFunction {
+        let (name, signature) = match combinator {
+            Combinator::State => (
+                format!("{function}State"),
+                Signature::one_of(vec![TypeSignature::Nullary, TypeSignature::VariadicAny], Volatility::Immutable),
+            ),
+            Combinator::Merge => (format!("{function}Merge"), Signature::any(1, Volatility::Immutable)),
+        };
+        CombinatorFunction {
             function: function.to_string(),
+            combinator,
             aliases: vec![name.to_lowercase()],
             name,
-            signature: Signature::one_of(
-                vec![TypeSignature::Nullary, TypeSignature::VariadicAny],
-                Volatility::Immutable,
-            ),
+            signature,
         }
     }
 
+    /// The aggregate function the arguments' fields call for.
     fn aggregate_function(&self, fields: &[FieldRef]) -> DfResult<AggregateFunction> {
-        let args = fields.iter().map(|f| ch_type_of(f)).collect::<DfResult<Vec<_>>>()?;
-        AggregateFunction::new(&self.function, args).map_err(|e| DataFusionError::Plan(e.to_string()))
+        match self.combinator {
+            Combinator::State => {
+                let args = fields.iter().map(|f| ch_type_of(f)).collect::<DfResult<Vec<_>>>()?;
+                AggregateFunction::new(&self.function, args).map_err(|e| DataFusionError::Plan(e.to_string()))
+            }
+            Combinator::Merge => {
+                let Some(field) = fields.first() else { return plan_err!("{} takes one argument", self.name) };
+                let function = state_function_of(field)?;
+                if function.name != self.function {
+                    return plan_err!(
+                        "{} takes states of {}, but {} holds states of {}",
+                        self.name,
+                        self.function,
+                        field.name(),
+                        function.name
+                    );
+                }
+                Ok(function)
+            }
+        }
     }
 }
 
-impl AggregateUDFImpl for StateFunction {
+impl AggregateUDFImpl for CombinatorFunction {
     fn name(&self) -> &str {
         &self.name
     }
@@ -170,85 +202,25 @@ impl AggregateUDFImpl for StateFunction {
     }
 
     fn return_type(&self, _arg_types: &[ArrowType]) -> DfResult<ArrowType> {
-        Ok(ArrowType::Binary)
+        match self.combinator {
+            Combinator::State => Ok(ArrowType::Binary),
+            Combinator::Merge => plan_err!("{} needs its argument's field", self.name),
+        }
     }
 
     fn return_field(&self, arg_fields: &[FieldRef]) -> DfResult<FieldRef> {
-        Ok(Arc::new(state_field(&self.name, &self.aggregate_function(arg_fields)?)))
+        let function = self.aggregate_function(arg_fields)?;
+        Ok(Arc::new(match self.combinator {
+            Combinator::State => state_field(&self.name, &function),
+            Combinator::Merge => function.result_type().arrow_field(&self.name).with_nullable(true),
+        }))
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
         let fields = args.exprs.iter().map(|e| e.return_field(args.schema)).collect::<DfResult<Vec<_>>>()?;
         let function = self.aggregate_function(&fields)?;
-        Ok(Box::new(StateAccumulator { state: function.empty_state(), function, finalize: false }))
-    }
-
-    fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
-        Ok(vec![Arc::new(Field::new(format!("{}[state]", args.name), ArrowType::Binary, true))])
-    }
-}
-
-/// `fMerge(states)`: merges AggregateFunction(f, …) states and finalizes them.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct MergeFunction {
-    function: String,
-    name: String,
-    aliases: Vec<String>,
-    signature: Signature,
-}
-
-impl MergeFunction {
-    fn new(function: &str) -> MergeFunction {
-        let name = format!("{function}Merge");
-        MergeFunction {
-            function: function.to_string(),
-            aliases: vec![name.to_lowercase()],
-            name,
-            signature: Signature::any(1, Volatility::Immutable),
-        }
-    }
-
-    fn aggregate_function(&self, field: &Field) -> DfResult<AggregateFunction> {
-        let function = state_function_of(field)?;
-        if function.name != self.function {
-            return plan_err!(
-                "{} takes states of {}, but {} holds states of {}",
-                self.name,
-                self.function,
-                field.name(),
-                function.name
-            );
-        }
-        Ok(function)
-    }
-}
-
-impl AggregateUDFImpl for MergeFunction {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn aliases(&self) -> &[String] {
-        &self.aliases
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _arg_types: &[ArrowType]) -> DfResult<ArrowType> {
-        plan_err!("{} needs its argument's field", self.name)
-    }
-
-    fn return_field(&self, arg_fields: &[FieldRef]) -> DfResult<FieldRef> {
-        let function = self.aggregate_function(&arg_fields[0])?;
-        Ok(Arc::new(function.result_type().arrow_field(&self.name).with_nullable(true)))
-    }
-
-    fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
-        let field = args.exprs[0].return_field(args.schema)?;
-        let function = self.aggregate_function(&field)?;
-        Ok(Box::new(StateAccumulator { state: function.empty_state(), function, finalize: true }))
+        let finalize = self.combinator == Combinator::Merge;
+        Ok(Box::new(StateAccumulator { state: function.empty_state(), function, finalize }))
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
