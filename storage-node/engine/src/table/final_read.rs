@@ -192,7 +192,9 @@ impl Table {
         let positions: Vec<usize> =
             self.key_columns.iter().map(|k| sorted_keys.iter().position(|s| s == k).unwrap_or_default()).collect();
         let mut offset = start;
-        for batch in part.reader()?.project(&sorted_keys).select_rows(&[start..end], rows).build()? {
+        for batch in
+            part.reader()?.project(&sorted_keys).select_rows(std::slice::from_ref(&(start..end)), rows).build()?
+        {
             let batch = batch?.project(&positions)?;
             let keys = converter.convert_columns(batch.columns())?;
             let below = partition_point(keys.num_rows(), |i| keys.row(i) < cut.row());

@@ -203,7 +203,7 @@ impl TableProvider for EngineTableProvider {
                     .into_iter()
                     .map(|task| {
                         Arc::new(EnginePartition {
-                            read: Mutex::new(Some(Read::Final(task))),
+                            read: Mutex::new(Some(Read::Final(Box::new(task)))),
                             schema: read_schema.clone(),
                             table_name: self.table.name().to_string(),
                         }) as Arc<dyn PartitionStream>
@@ -234,7 +234,7 @@ impl TableProvider for EngineTableProvider {
 /// What one partition reads.
 enum Read {
     Scan(ScanTask),
-    Final(FinalTask),
+    Final(Box<FinalTask>),
     /// An empty table.
     Nothing,
 }
