@@ -51,6 +51,7 @@ pub struct StatementError {
 pub struct Session {
     catalog: Arc<Catalog>,
     ctx: SessionContext,
+    insert_ctx: SessionContext,
     plan_settings: Arc<Mutex<PlanSettings>>,
     settings: BTreeMap<String, String>,
     format: OutputFormat,
@@ -58,22 +59,35 @@ pub struct Session {
 
 impl Session {
     pub fn new(catalog: Arc<Catalog>, format: OutputFormat) -> Session {
-        let mut config = SessionConfig::new()
-            .with_default_catalog_and_schema(CATALOG_NAME, mergestream_engine::catalog::DATABASE)
-            .with_create_default_catalog_and_schema(false)
-            .with_information_schema(false)
-            .with_target_partitions(2);
-        // ClickHouse names are case-sensitive.
-        config.options_mut().sql_parser.enable_ident_normalization = false;
-        let ctx = SessionContext::new_with_config(config);
         let plan_settings = Arc::new(Mutex::new(PlanSettings::default()));
-        ctx.register_catalog(
-            CATALOG_NAME,
-            Arc::new(EngineCatalog { catalog: catalog.clone(), settings: plan_settings.clone() }),
-        );
-        ctx.register_udtf("numbers", Arc::new(NumbersFunction));
-        crate::exec::aggregate_states::register(&ctx);
-        Session { catalog, ctx, plan_settings, settings: BTreeMap::new(), format }
+        let context = |partitions| {
+            let mut config = SessionConfig::new()
+                .with_default_catalog_and_schema(CATALOG_NAME, mergestream_engine::catalog::DATABASE)
+                .with_create_default_catalog_and_schema(false)
+                .with_information_schema(false)
+                .with_target_partitions(partitions);
+            // ClickHouse names are case-sensitive.
+            config.options_mut().sql_parser.enable_ident_normalization = false;
+            let ctx = SessionContext::new_with_config(config);
+            ctx.register_catalog(
+                CATALOG_NAME,
+                Arc::new(EngineCatalog { catalog: catalog.clone(), settings: plan_settings.clone() }),
+            );
+            ctx.register_udtf("numbers", Arc::new(NumbersFunction));
+            crate::exec::aggregate_states::register(&ctx);
+            ctx
+        };
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Session {
+            ctx: context(threads),
+            // The rows of INSERT … SELECT go in in the order the SELECT yields them, which
+            // decides the engines' ties (the last row wins); one partition keeps that order.
+            insert_ctx: context(1),
+            catalog,
+            plan_settings,
+            settings: BTreeMap::new(),
+            format,
+        }
     }
 
     /// Runs the statements of `script` in order, handing each one's output to `output`; stops
@@ -219,7 +233,7 @@ impl Session {
         if let Ok(mut settings) = self.plan_settings.lock() {
             settings.final_within_partitions = within;
         }
-        let batches = self.query(&rewritten.sql).await?;
+        let batches = self.query(&self.ctx, &rewritten.sql).await?;
         let format = match &rewritten.format {
             Some(name) => OutputFormat::parse(name)?,
             None => self.format,
@@ -229,8 +243,8 @@ impl Session {
         Ok(())
     }
 
-    async fn query(&self, sql: &str) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        let frame = self.ctx.sql(sql).await?;
+    async fn query(&self, ctx: &SessionContext, sql: &str) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
+        let frame = ctx.sql(sql).await?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
         let batches = frame.collect().await?;
         Ok((schema, batches))
@@ -261,7 +275,7 @@ impl Session {
             }
             InsertSource::Select { start, end } => {
                 let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
-                let (_, batches) = self.query(&rewritten.sql).await?;
+                let (_, batches) = self.query(&self.insert_ctx, &rewritten.sql).await?;
                 select_blocks(&table, &columns, batches)?
             }
         };

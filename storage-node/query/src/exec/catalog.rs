@@ -193,9 +193,8 @@ impl TableFunctionImpl for NumbersFunction {
             batches.push(RecordBatch::try_new(schema.clone(), vec![column])?);
             next = stop;
         }
-        // Two partitions let the plan use both cores.
-        let half = batches.len().div_ceil(2);
-        let second = batches.split_off(half);
-        Ok(Arc::new(MemTable::try_new(schema, vec![batches, second])?))
+        // One partition, in order: `INSERT … SELECT … FROM numbers(N)` inserts rows in the order
+        // of `number`, as ClickHouse does.
+        Ok(Arc::new(MemTable::try_new(schema, vec![batches])?))
     }
 }
