@@ -6,34 +6,35 @@ use arrow::array::RecordBatch;
 
 use super::algorithm::{column, MergingAlgorithm};
 use super::output::{Output, RowRef};
-use super::values::{compare_versions, int_value};
+use super::values::{int_value, Version};
 
 pub struct Replacing {
     version: Option<usize>,
     is_deleted: Option<usize>,
     cleanup: bool,
     selected: Option<RowRef>,
+    /// The selected row's version, kept so that each row's version is read once.
+    selected_version: Version,
 }
 
 impl Replacing {
     pub fn new(version: Option<usize>, is_deleted: Option<usize>, cleanup: bool) -> Replacing {
-        Replacing { version, is_deleted, cleanup, selected: None }
+        Replacing { version, is_deleted, cleanup, selected: None, selected_version: Version::Null }
     }
 }
 
 impl MergingAlgorithm for Replacing {
     fn add(&mut self, row: RowRef, slots: &[RecordBatch]) {
-        let replace = match (self.selected, self.version) {
-            (None, _) | (Some(_), None) => true,
-            // Three-way: a tie falls through to physical order, and rows arrive oldest first,
-            // so an equal version replaces the selected row.
-            (Some(selected), Some(v)) => {
-                compare_versions(column(slots, row, v), row.row, column(slots, selected, v), selected.row)
-                    != Ordering::Less
-            }
-        };
-        if replace {
+        let Some(v) = self.version else {
             self.selected = Some(row);
+            return;
+        };
+        let version = Version::at(column(slots, row, v), row.row);
+        // Three-way: a tie falls through to physical order, and rows arrive oldest first, so an
+        // equal version replaces the selected row.
+        if self.selected.is_none() || version.compare(self.selected_version) != Ordering::Less {
+            self.selected = Some(row);
+            self.selected_version = version;
         }
     }
 

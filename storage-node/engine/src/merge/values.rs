@@ -55,19 +55,40 @@ pub fn is_float(ty: &ArrowType) -> bool {
     matches!(ty, ArrowType::Float32 | ArrowType::Float64)
 }
 
-/// ClickHouse's `compareAt` with `nan_direction_hint = 1`: NaN is greater than every number
-/// and equal to NaN, so a NaN version wins against any other.
-pub fn compare_versions(a: &dyn Array, a_row: usize, b: &dyn Array, b_row: usize) -> Ordering {
-    if is_float(a.data_type()) {
-        let (x, y) = (float_value(a, a_row).unwrap_or(f64::NAN), float_value(b, b_row).unwrap_or(f64::NAN));
-        match (x.is_nan(), y.is_nan()) {
-            (true, true) => Ordering::Equal,
-            (true, false) => Ordering::Greater,
-            (false, true) => Ordering::Less,
-            (false, false) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+/// A version value, read once per row: integers (and dates) exactly, floats with NaN.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Version {
+    Int(i128),
+    Float(f64),
+    Null,
+}
+
+impl Version {
+    pub fn at(array: &dyn Array, row: usize) -> Version {
+        if is_float(array.data_type()) {
+            float_value(array, row).map_or(Version::Null, Version::Float)
+        } else {
+            int_value(array, row).map_or(Version::Null, Version::Int)
         }
-    } else {
-        int_value(a, a_row).cmp(&int_value(b, b_row))
+    }
+
+    /// ClickHouse's `compareAt` with `nan_direction_hint = 1`: NaN is greater than every
+    /// number and equal to NaN.
+    pub fn compare(self, other: Version) -> Ordering {
+        match (self, other) {
+            (Version::Int(a), Version::Int(b)) => a.cmp(&b),
+            (Version::Float(a), Version::Float(b)) => match (a.is_nan(), b.is_nan()) {
+                (true, true) => Ordering::Equal,
+                (true, false) => Ordering::Greater,
+                (false, true) => Ordering::Less,
+                (false, false) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+            },
+            (Version::Null, Version::Null) => Ordering::Equal,
+            (Version::Null, _) => Ordering::Less,
+            (_, Version::Null) => Ordering::Greater,
+            // One column has one type: mixed kinds do not occur.
+            _ => Ordering::Equal,
+        }
     }
 }
 
