@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::compute::{cast, concat_batches};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema};
+use datafusion::execution::FunctionRegistry;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use mergestream_engine::table::insert::InsertSummary;
 use mergestream_engine::{Catalog, InsertOptions, OptimizeRequest, Table};
@@ -68,13 +69,17 @@ impl Session {
                 .with_target_partitions(partitions);
             // ClickHouse names are case-sensitive.
             config.options_mut().sql_parser.enable_ident_normalization = false;
-            let ctx = SessionContext::new_with_config(config);
+            let mut ctx = SessionContext::new_with_config(config);
             ctx.register_catalog(
                 CATALOG_NAME,
                 Arc::new(EngineCatalog { catalog: catalog.clone(), settings: plan_settings.clone() }),
             );
             ctx.register_udtf("numbers", Arc::new(NumbersFunction));
             crate::exec::aggregate_states::register(&ctx);
+            ctx.register_udf(datafusion::logical_expr::ScalarUDF::from(crate::exec::operators::IntDiv::default()));
+            if let Err(e) = ctx.register_expr_planner(Arc::new(crate::exec::operators::ClickHouseOperators)) {
+                tracing::warn!(error = %e, "cannot register ClickHouse operators");
+            }
             ctx
         };
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());

@@ -24,3 +24,5 @@ DROP TABLE n;
 SHOW TABLES;
 SELECT number, number * 2 AS twice FROM numbers(3);
 SELECT count(), sum(number), avg(number), min(number), max(number) FROM numbers(10);
+SELECT 7 / 2, intDiv(7, 2), intDiv(-7, 2), 7 % 3, toDate('2026-10-30') + 3, toDate('2026-10-30') - 1, toDateTime('2026-10-30 00:00:00') + 61;
+SELECT number, intDiv(number, 3), number / 4 FROM numbers(6) WHERE number % 2 = 0 ORDER BY number;

@@ -2,4 +2,5 @@
 
 pub mod aggregate_states;
 pub mod catalog;
+pub mod operators;
 pub mod provider;

@@ -393,7 +393,6 @@ fn render_call(name: &str, args: &[String]) -> Result<String> {
         "toStartOfMonth" => cast(&format!("date_trunc('month', {})", arg(0)?), "Date32"),
         "toStartOfYear" => cast(&format!("date_trunc('year', {})", arg(0)?), "Date32"),
         "toMonday" => cast(&format!("date_trunc('week', {})", arg(0)?), "Date32"),
-        "intDiv" => format!("(({}) / ({}))", arg(0)?, arg(1)?),
         "modulo" => format!("(({}) % ({}))", arg(0)?, arg(1)?),
         "if" => format!("(CASE WHEN {} THEN {} ELSE {} END)", arg(0)?, arg(1)?, arg(2)?),
         "ifNull" => format!("coalesce({joined})"),

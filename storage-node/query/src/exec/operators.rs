@@ -1,0 +1,103 @@
+//! ClickHouse's meaning of arithmetic operators where it differs from DataFusion's:
+//! `a / b` of integers is a Float64 division, and `date ± n` moves a Date by n days and a
+//! DateTime by n seconds.
+
+use arrow::datatypes::{DataType as ArrowType, TimeUnit};
+use datafusion::common::{plan_err, DFSchema};
+use datafusion::error::Result as DfResult;
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
+use datafusion::logical_expr::{cast, ExprSchemable};
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
+use datafusion::sql::sqlparser::ast::BinaryOperator;
+
+#[derive(Debug, Default)]
+pub struct ClickHouseOperators;
+
+fn is_integer(t: &ArrowType) -> bool {
+    t.is_integer()
+}
+
+impl ExprPlanner for ClickHouseOperators {
+    fn plan_binary_op(&self, expr: RawBinaryExpr, schema: &DFSchema) -> DfResult<PlannerResult<RawBinaryExpr>> {
+        let (Ok(left), Ok(right)) = (expr.left.get_type(schema), expr.right.get_type(schema)) else {
+            return Ok(PlannerResult::Original(expr));
+        };
+        match &expr.op {
+            BinaryOperator::Divide if is_integer(&left) && is_integer(&right) => {
+                Ok(PlannerResult::Planned(cast(expr.left, ArrowType::Float64) / cast(expr.right, ArrowType::Float64)))
+            }
+            op @ (BinaryOperator::Plus | BinaryOperator::Minus) => {
+                let temporal = |t: &ArrowType| match t {
+                    ArrowType::Date32 => Some(ArrowType::Int32),
+                    ArrowType::Timestamp(TimeUnit::Second, None) => Some(ArrowType::Int64),
+                    _ => None,
+                };
+                let (date, date_type, offset, as_int) = match (temporal(&left), temporal(&right)) {
+                    (Some(as_int), None) if is_integer(&right) => (expr.left, left, expr.right, as_int),
+                    (None, Some(as_int)) if is_integer(&left) && *op == BinaryOperator::Plus => {
+                        (expr.right, right, expr.left, as_int)
+                    }
+                    _ => return Ok(PlannerResult::Original(expr)),
+                };
+                let moved = if *op == BinaryOperator::Plus {
+                    cast(date, as_int.clone()) + cast(offset, as_int)
+                } else {
+                    cast(date, as_int.clone()) - cast(offset, as_int)
+                };
+                Ok(PlannerResult::Planned(cast(moved, date_type)))
+            }
+            _ => Ok(PlannerResult::Original(expr)),
+        }
+    }
+}
+
+/// `intDiv(a, b)`: integer division rounding toward zero, in UInt64 when both sides are
+/// unsigned and Int64 otherwise. ClickHouse throws on division by zero; so does this.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct IntDiv {
+    signature: Signature,
+    aliases: Vec<String>,
+}
+
+impl Default for IntDiv {
+    fn default() -> Self {
+        IntDiv { signature: Signature::any(2, Volatility::Immutable), aliases: vec!["intdiv".to_string()] }
+    }
+}
+
+fn int_div_type(left: &ArrowType, right: &ArrowType) -> ArrowType {
+    if left.is_unsigned_integer() && right.is_unsigned_integer() {
+        ArrowType::UInt64
+    } else {
+        ArrowType::Int64
+    }
+}
+
+impl ScalarUDFImpl for IntDiv {
+    fn name(&self) -> &str {
+        "intDiv"
+    }
+
+    fn aliases(&self) -> &[String] {
+        &self.aliases
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[ArrowType]) -> DfResult<ArrowType> {
+        match arg_types {
+            [l, r] if l.is_integer() && r.is_integer() => Ok(int_div_type(l, r)),
+            _ => plan_err!("intDiv takes two integers, got {arg_types:?}"),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let rows = args.number_rows;
+        let target = args.return_field.data_type().clone();
+        let left = arrow::compute::cast(&args.args[0].clone().into_array(rows)?, &target)?;
+        let right = arrow::compute::cast(&args.args[1].clone().into_array(rows)?, &target)?;
+        Ok(ColumnarValue::Array(arrow::compute::kernels::numeric::div(&left, &right)?))
+    }
+}
