@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Date32Array, Int64Array, RecordBatch, TimestampSecondArray, UInt32Array};
 use arrow::compute::{cast, take};
 use arrow::datatypes::{DataType as ArrowType, Date32Type, Int64Type, TimeUnit, UInt64Type};
 use chrono::{Datelike, NaiveDate};
@@ -137,6 +139,9 @@ impl KeyExpr {
                 match (function.as_str(), arg_kinds.as_slice()) {
                     ("toYYYYMM" | "toYYYYMMDD" | "toYear", [k]) if temporal(k) => Ok(ValueKind::Int),
                     ("toDate" | "toStartOfMonth" | "toMonday", [k]) if temporal(k) => Ok(ValueKind::Date),
+                    ("toStartOfHour" | "toStartOfDay" | "toStartOfMinute", [k]) if temporal(k) => {
+                        Ok(ValueKind::DateTime)
+                    }
                     ("intDiv" | "modulo", [ValueKind::Int, ValueKind::Int]) => Ok(ValueKind::Int),
                     _ => Err(bad(format!(
                         "unsupported partition key expression {function}(…) with {} argument(s); supported: {}",
@@ -146,6 +151,38 @@ impl KeyExpr {
                 }
             }
         }
+    }
+
+    /// The type of the expression's values (for a sorting-key expression's hidden column).
+    pub fn result_type(&self, columns: &[ColumnDef]) -> Result<ChType> {
+        Ok(match self.kind(columns)? {
+            ValueKind::Int => ChType::Int64,
+            ValueKind::Date => ChType::Date,
+            ValueKind::DateTime => ChType::DateTime,
+        })
+    }
+
+    /// The expression over every row of `batch`, as a column of [`result_type`](Self::result_type).
+    pub fn evaluate_column(&self, columns: &[ColumnDef], batch: &RecordBatch) -> Result<ArrayRef> {
+        let values = self.evaluate(columns, batch)?;
+        let array: ArrayRef = match self.kind(columns)? {
+            ValueKind::Date => Arc::new(Date32Array::from_iter_values(values.iter().map(|v| match v {
+                PartitionValue::Date(d) => *d,
+                PartitionValue::Int(i) => *i as i32,
+            }))),
+            kind => {
+                let ints = values.iter().map(|v| match v {
+                    PartitionValue::Int(i) => *i as i64,
+                    PartitionValue::Date(d) => *d as i64,
+                });
+                if kind == ValueKind::DateTime {
+                    Arc::new(TimestampSecondArray::from_iter_values(ints))
+                } else {
+                    Arc::new(Int64Array::from_iter_values(ints))
+                }
+            }
+        };
+        Ok(array)
     }
 
     /// Splits a block by partition: the partitions in order of first appearance, each with the
@@ -241,6 +278,18 @@ fn apply(function: &str, args: &[PartitionValue]) -> Result<PartitionValue> {
             PartitionValue::Int((d.year() * 10_000 + d.month() as i32 * 100 + d.day() as i32) as i128)
         }
         "toYear" => PartitionValue::Int(date(&args[0]).year() as i128),
+        "toStartOfHour" | "toStartOfDay" | "toStartOfMinute" => {
+            let secs = match &args[0] {
+                PartitionValue::Date(d) => *d as i128 * 86_400,
+                PartitionValue::Int(secs) => *secs,
+            };
+            let unit = match function {
+                "toStartOfHour" => 3_600,
+                "toStartOfDay" => 86_400,
+                _ => 60,
+            };
+            PartitionValue::Int(secs - secs.rem_euclid(unit))
+        }
         "toDate" => PartitionValue::Date(date_to_days(date(&args[0]))),
         "toStartOfMonth" => {
             let d = date(&args[0]);

@@ -48,30 +48,67 @@ impl EngineKind {
     }
 }
 
+/// A sorting-key element that is an expression, not a column (`ORDER BY toDate(ts)`). Parts
+/// store its value as a hidden column after the table's columns, so that sorting, merging,
+/// FINAL and the sparse index treat it like any key column; queries never see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortExpression {
+    pub column: ColumnDef,
+    pub expr: KeyExpr,
+}
+
+/// Name of the hidden column of the `i`-th sorting-key expression.
+pub fn sort_expression_name(i: usize) -> String {
+    format!("__sort_key_{i}")
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableDef {
     pub name: String,
+    /// The columns users see, in order.
     pub columns: Vec<ColumnDef>,
     pub engine: EngineKind,
     pub partition_by: Option<KeyExpr>,
-    /// Sorting key column names. For VersionedCollapsingMergeTree the version column is
-    /// appended when the table is built, as ClickHouse does.
+    /// Sorting key: column names, and the hidden names of `sort_expressions`. For
+    /// VersionedCollapsingMergeTree the version column is appended when the table is built,
+    /// as ClickHouse does.
     pub order_by: Vec<String>,
     pub primary_key: Vec<String>,
+    pub sort_expressions: Vec<SortExpression>,
     pub settings: TableSettings,
 }
 
 impl TableDef {
+    /// A column by name: the table's own, or a sorting-key expression's hidden one.
     pub fn column(&self, name: &str) -> Option<&ColumnDef> {
-        self.columns.iter().find(|c| c.name == name)
+        self.columns.iter().chain(self.sort_expressions.iter().map(|e| &e.column)).find(|c| c.name == name)
     }
 
+    /// Index in the stored schema (the table's columns, then the hidden key columns).
     pub fn column_index(&self, name: &str) -> Option<usize> {
-        self.columns.iter().position(|c| c.name == name)
+        self.columns.iter().chain(self.sort_expressions.iter().map(|e| &e.column)).position(|c| c.name == name)
     }
 
+    /// The schema of the parts: the table's columns, then the hidden key columns.
     pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .chain(self.sort_expressions.iter().map(|e| &e.column))
+                .map(|c| c.ty.arrow_field(&c.name))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// The schema of the table as users see it.
+    pub fn user_arrow_schema(&self) -> SchemaRef {
         Arc::new(Schema::new(self.columns.iter().map(|c| c.ty.arrow_field(&c.name)).collect::<Vec<_>>()))
+    }
+
+    /// Whether a column takes part in the sorting key, directly or through an expression.
+    pub fn in_sorting_key(&self, column: &str) -> bool {
+        self.sorting_key().iter().any(|k| k == column)
+            || self.sort_expressions.iter().any(|e| e.expr.columns().contains(&column))
     }
 
     /// The columns the parts are sorted by, in order.
@@ -198,7 +235,7 @@ impl TableDef {
                             "Column {name} listed in columns to sum does not exist in table declaration."
                         ));
                     }
-                    if self.order_by.contains(name) {
+                    if self.in_sorting_key(name) {
                         return bad(format!("Column {name} listed in columns to sum is a part of the sorting key"));
                     }
                 }
@@ -214,7 +251,7 @@ impl TableDef {
                 let outside: Vec<&str> = self
                     .columns
                     .iter()
-                    .filter(|c| !self.order_by.contains(&c.name) && !is_measure(&c.ty))
+                    .filter(|c| !self.in_sorting_key(&c.name) && !is_measure(&c.ty))
                     .map(|c| c.name.as_str())
                     .collect();
                 if outside.is_empty() {
@@ -248,6 +285,9 @@ pub struct StoredTableDef {
     pub partition_by: Option<KeyExpr>,
     pub order_by: Vec<String>,
     pub primary_key: Vec<String>,
+    /// (hidden column name, its type, the expression).
+    #[serde(default)]
+    pub sort_expressions: Vec<(String, String, KeyExpr)>,
     pub settings: TableSettings,
 }
 
@@ -260,6 +300,11 @@ impl From<&TableDef> for StoredTableDef {
             partition_by: def.partition_by.clone(),
             order_by: def.order_by.clone(),
             primary_key: def.primary_key.clone(),
+            sort_expressions: def
+                .sort_expressions
+                .iter()
+                .map(|e| (e.column.name.clone(), e.column.ty.to_string(), e.expr.clone()))
+                .collect(),
             settings: def.settings.clone(),
         }
     }
@@ -272,6 +317,11 @@ impl StoredTableDef {
             .into_iter()
             .map(|(name, ty)| Ok(ColumnDef { name, ty: ChType::parse(&ty)? }))
             .collect::<Result<Vec<_>>>()?;
+        let sort_expressions = self
+            .sort_expressions
+            .into_iter()
+            .map(|(name, ty, expr)| Ok(SortExpression { column: ColumnDef { name, ty: ChType::parse(&ty)? }, expr }))
+            .collect::<Result<Vec<_>>>()?;
         Ok(TableDef {
             name: self.name,
             columns,
@@ -279,6 +329,7 @@ impl StoredTableDef {
             partition_by: self.partition_by,
             order_by: self.order_by,
             primary_key: self.primary_key,
+            sort_expressions,
             settings: self.settings,
         })
     }

@@ -304,7 +304,7 @@ fn check_setting(name: &str) -> Result<()> {
 
 /// The result of INSERT … SELECT as table blocks: columns matched by position and cast.
 fn select_blocks(table: &Table, columns: &[usize], batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
-    let schema = table.schema();
+    let schema = table.user_schema();
     let mut converted = Vec::with_capacity(batches.len());
     for batch in batches {
         if batch.num_columns() != columns.len() {

@@ -86,7 +86,7 @@ pub fn build_algorithm(
             let mut aggregates = Vec::new();
             for (i, field) in schema.fields().iter().enumerate() {
                 let name = field.name();
-                if key.contains(name) {
+                if key.contains(name) || def.in_sorting_key(name) {
                     continue;
                 }
                 let Some(col) = def.column(name) else {

@@ -20,6 +20,7 @@ fn table(engine: EngineKind, columns: &[(&str, ChType)]) -> TableDef {
         partition_by: None,
         order_by: vec!["k".into()],
         primary_key: vec![],
+        sort_expressions: vec![],
         settings: TableSettings::default(),
     }
 }

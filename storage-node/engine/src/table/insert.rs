@@ -125,6 +125,7 @@ impl Table {
         if batch.num_rows() == 0 {
             return Ok(summary);
         }
+        let batch = self.with_sort_expressions(batch)?;
         let blocks = KeyExpr::split(self.def.partition_by.as_ref(), &self.def.columns, &batch)?;
         for (partition, _) in &blocks {
             self.wait_for_parts_limit(&partition.id)?;
@@ -167,16 +168,29 @@ impl Table {
         Ok(summary)
     }
 
+    /// Appends the hidden columns of the sorting-key expressions.
+    fn with_sort_expressions(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        if self.def.sort_expressions.is_empty() {
+            return Ok(batch);
+        }
+        let mut columns = batch.columns().to_vec();
+        for expression in &self.def.sort_expressions {
+            columns.push(expression.expr.evaluate_column(&self.def.columns, &batch)?);
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
     fn check_block(&self, batch: &RecordBatch) -> Result<()> {
         let bad = |message: String| EngineError::BadInsert { table: self.def.name.clone(), message };
-        if batch.num_columns() != self.schema.fields().len() {
+        let schema = self.user_schema();
+        if batch.num_columns() != schema.fields().len() {
             return Err(bad(format!(
                 "block has {} columns, the table has {}",
                 batch.num_columns(),
-                self.schema.fields().len()
+                schema.fields().len()
             )));
         }
-        for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
+        for (field, column) in schema.fields().iter().zip(batch.columns()) {
             if field.data_type() != column.data_type() {
                 return Err(bad(format!(
                     "column {} has type {}, expected {}",

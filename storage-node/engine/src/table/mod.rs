@@ -169,8 +169,14 @@ impl Table {
         &self.def.name
     }
 
+    /// The schema of the parts: the table's columns, then hidden sorting-key columns.
     pub fn schema(&self) -> SchemaRef {
         self.schema.clone()
+    }
+
+    /// The table's columns as users see them (and as inserts bring them).
+    pub fn user_schema(&self) -> SchemaRef {
+        self.def.user_arrow_schema()
     }
 
     pub fn dir(&self) -> &Path {

@@ -21,6 +21,7 @@ fn def(settings: TableSettings) -> TableDef {
         partition_by: None,
         order_by: vec!["k".into()],
         primary_key: vec![],
+        sort_expressions: vec![],
         settings,
     }
 }

@@ -13,8 +13,9 @@ use datafusion::sql::sqlparser::ast::BinaryOperator;
 #[derive(Debug, Default)]
 pub struct ClickHouseOperators;
 
+/// Integers, and the scale-0 decimals DataFusion widens mixed signed/unsigned arithmetic to.
 fn is_integer(t: &ArrowType) -> bool {
-    t.is_integer()
+    t.is_integer() || matches!(t, ArrowType::Decimal128(_, 0) | ArrowType::Decimal256(_, 0))
 }
 
 impl ExprPlanner for ClickHouseOperators {

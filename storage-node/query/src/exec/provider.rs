@@ -46,8 +46,9 @@ impl std::fmt::Debug for EngineTableProvider {
 
 impl EngineTableProvider {
     pub fn new(table: Arc<Table>, mode: ScanMode) -> EngineTableProvider {
+        // The hidden sorting-key columns come after the table's columns and stay hidden.
         let all = ReadOptions {
-            columns: (0..table.schema().fields().len()).collect(),
+            columns: (0..table.user_schema().fields().len()).collect(),
             with_part_column: mode.with_part_column(),
             ..Default::default()
         };
@@ -151,7 +152,7 @@ impl TableProvider for EngineTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let table_columns = self.table.schema().fields().len();
+        let table_columns = self.table.user_schema().fields().len();
         let wanted: Vec<usize> = match projection {
             Some(p) => p.clone(),
             None => (0..self.schema.fields().len()).collect(),

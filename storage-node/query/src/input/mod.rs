@@ -4,8 +4,6 @@ mod json;
 pub mod value;
 mod values;
 
-use std::sync::Arc;
-
 use arrow::array::RecordBatch;
 use mergestream_engine::{ChType, Table};
 
@@ -70,5 +68,5 @@ pub fn build_block(table: &Table, input: RowsInput) -> Result<RecordBatch> {
         })?;
         columns.push(array);
     }
-    Ok(RecordBatch::try_new(Arc::clone(&table.schema()), columns)?)
+    Ok(RecordBatch::try_new(table.user_schema(), columns)?)
 }

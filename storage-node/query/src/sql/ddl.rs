@@ -1,6 +1,7 @@
 //! CREATE TABLE … ENGINE = … into a [`TableDef`].
 
 use mergestream_engine::key_expr::KeyExpr;
+use mergestream_engine::schema::{sort_expression_name, SortExpression};
 use mergestream_engine::settings::TableSettings;
 use mergestream_engine::{ChType, ColumnDef, EngineError, EngineKind, TableDef};
 
@@ -32,9 +33,9 @@ pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
         } else if c.eat_words(&["PARTITION", "BY"]) {
             partition_by = parse_partition_key(c)?;
         } else if c.eat_words(&["ORDER", "BY"]) {
-            order_by = Some(parse_key_columns(c, "ORDER BY")?);
+            order_by = Some(parse_key_columns(c)?);
         } else if c.eat_words(&["PRIMARY", "KEY"]) {
-            primary_key = Some(parse_key_columns(c, "PRIMARY KEY")?);
+            primary_key = Some(parse_key_columns(c)?);
         } else if c.eat_word("SETTINGS") {
             let at = c.offset();
             for (key, value) in parse_settings_list(c)? {
@@ -52,20 +53,33 @@ pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
         }
     }
     let engine = engine.ok_or_else(|| c.error("expected ENGINE = <engine>"))?;
-    let order_by = order_by.ok_or_else(|| {
-        QueryError::Invalid(
-            "Table engine MergeTree requires ORDER BY or PRIMARY KEY clause (with the engine's sorting key)".into(),
-        )
-    })?;
-    let def = TableDef {
-        name,
-        columns,
-        engine,
-        partition_by,
-        primary_key: primary_key.unwrap_or_default(),
-        order_by,
-        settings,
+    let order_by: Vec<KeyExpr> = match (order_by, &primary_key) {
+        (Some(order), _) => order,
+        // Without ORDER BY the primary key is the sorting key, as in ClickHouse.
+        (None, Some(primary)) => primary.clone(),
+        (None, None) => {
+            return Err(QueryError::Invalid(
+                "Table engine MergeTree requires ORDER BY or PRIMARY KEY clause (with the engine's sorting key)".into(),
+            ))
+        }
     };
+    // Expressions become hidden key columns; the same expression in PRIMARY KEY names the same one.
+    let mut sort_expressions: Vec<SortExpression> = Vec::new();
+    let mut key_name = |expr: &KeyExpr| -> Result<String> {
+        if let KeyExpr::Column(name) = expr {
+            return Ok(name.clone());
+        }
+        if let Some(existing) = sort_expressions.iter().find(|e| &e.expr == expr) {
+            return Ok(existing.column.name.clone());
+        }
+        let ty = expr.result_type(&columns)?;
+        let name = sort_expression_name(sort_expressions.len());
+        sort_expressions.push(SortExpression { column: ColumnDef { name: name.clone(), ty }, expr: expr.clone() });
+        Ok(name)
+    };
+    let order_by = order_by.iter().map(&mut key_name).collect::<Result<Vec<_>>>()?;
+    let primary_key = primary_key.unwrap_or_default().iter().map(&mut key_name).collect::<Result<Vec<_>>>()?;
+    let def = TableDef { name, columns, engine, partition_by, primary_key, order_by, sort_expressions, settings };
     def.validate()?;
     Ok(def)
 }
@@ -192,39 +206,18 @@ fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
     Ok(engine)
 }
 
-/// `ORDER BY k`, `ORDER BY (a, b)`, `ORDER BY tuple()`.
-fn parse_key_columns(c: &mut Cursor<'_>, clause: &str) -> Result<Vec<String>> {
-    let expression_error = |c: &Cursor<'_>| {
-        c.error(format!("{clause} supports column names only; expressions in the sorting key are not supported yet"))
-    };
-    let list = |c: &mut Cursor<'_>| -> Result<Vec<String>> {
-        let mut names = Vec::new();
-        if c.eat_punct(")") {
-            return Ok(names);
-        }
-        loop {
-            names.push(c.ident("a column name")?);
-            if c.peek_punct("(") {
-                return Err(expression_error(c));
-            }
-            if c.eat_punct(")") {
-                return Ok(names);
-            }
-            c.expect_punct(",")?;
-        }
-    };
-    if c.eat_word("tuple") {
-        c.expect_punct("(")?;
-        return list(c);
+/// `ORDER BY k`, `ORDER BY (a, toDate(ts))`, `ORDER BY tuple()`: columns or expressions.
+fn parse_key_columns(c: &mut Cursor<'_>) -> Result<Vec<KeyExpr>> {
+    if c.peek_word("tuple") && c.peek_at(1).is_some_and(|t| t.is_punct("(")) {
+        c.advance();
+        c.advance();
+        c.expect_punct(")")?;
+        return Ok(vec![]);
     }
-    if c.eat_punct("(") {
-        return list(c);
-    }
-    let name = c.ident("a column name")?;
-    if c.peek_punct("(") || c.peek().is_some_and(|t| t.kind == TokenKind::Punct && !t.is_punct(",")) {
-        return Err(expression_error(c));
-    }
-    Ok(vec![name])
+    Ok(match parse_key_expr(c)? {
+        KeyExpr::Tuple(items) => items,
+        single => vec![single],
+    })
 }
 
 /// A partition key: `None` for `tuple()`.

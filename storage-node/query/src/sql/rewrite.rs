@@ -239,6 +239,7 @@ fn emit_select(tokens: &[Token], out: &mut String, outermost: bool, star: Option
         emit_token(&tokens[list_start], out);
         list_start += 1;
     }
+    let mut names: Vec<String> = Vec::new();
     for (n, item) in split_top_level(&tokens[list_start..from]).into_iter().enumerate() {
         if n > 0 {
             out.push(',');
@@ -251,10 +252,23 @@ fn emit_select(tokens: &[Token], out: &mut String, outermost: bool, star: Option
         emit(item, out)?;
         let has_alias = item.len() >= 2 && item[item.len() - 2].is_word("AS");
         let plain = item.len() == 1 || item.iter().all(|t| t.ident().is_some() || t.is_punct(".") || t.is_punct("*"));
-        if !has_alias && !plain {
-            out.push_str(" AS \"");
-            out.push_str(&clickhouse_name(item).replace('"', "\"\""));
-            out.push('"');
+        let is_star = item.last().is_some_and(|t| t.is_punct("*"));
+        if !has_alias && !is_star {
+            // ClickHouse allows one name twice in a select list; DataFusion needs unique names,
+            // so a repeat gets a numbered one.
+            let mut name =
+                if plain { item.last().map(|t| t.text.clone()).unwrap_or_default() } else { clickhouse_name(item) };
+            let repeats = names.iter().filter(|n| **n == name).count();
+            let given = name.clone();
+            names.push(given);
+            if repeats > 0 {
+                name = format!("{name}_{repeats}");
+            }
+            if !plain || repeats > 0 {
+                out.push_str(" AS \"");
+                out.push_str(&name.replace('"', "\"\""));
+                out.push('"');
+            }
         }
     }
     emit(&tokens[from..], out)

@@ -1,0 +1,23 @@
+-- Sorting keys with expressions: the engine sorts, merges and FINALs by the expression's value.
+CREATE TABLE ev (ts DateTime, user UInt32, v UInt64) ENGINE = ReplacingMergeTree(v) ORDER BY (toDate(ts), user);
+SYSTEM STOP MERGES ev;
+INSERT INTO ev VALUES ('2026-10-01 10:00:00', 1, 1), ('2026-10-01 23:00:00', 1, 5), ('2026-10-02 01:00:00', 1, 2), ('2026-10-01 00:00:01', 2, 3);
+INSERT INTO ev VALUES ('2026-10-01 12:00:00', 1, 4), ('2026-10-02 00:00:00', 2, 9);
+SELECT _part, ts, user, v FROM ev ORDER BY _part, ts;
+SELECT ts, user, v FROM ev FINAL ORDER BY ts, user;
+SELECT * FROM ev FINAL ORDER BY ts;
+DESCRIBE TABLE ev;
+SYSTEM START MERGES ev;
+OPTIMIZE TABLE ev FINAL;
+SELECT ts, user, v FROM ev ORDER BY ts;
+CREATE TABLE h (ts DateTime, k UInt64, n UInt64) ENGINE = SummingMergeTree ORDER BY (k, toStartOfHour(ts)) PRIMARY KEY k;
+INSERT INTO h SELECT toDateTime('2026-10-01 00:00:00') + number * 600, number % 3, 1 FROM numbers(100);
+SYSTEM STOP MERGES h;
+SELECT k, toStartOfHour(ts) AS hour, n FROM h FINAL ORDER BY k, hour LIMIT 6;
+SELECT count(), sum(n) FROM h FINAL;
+CREATE TABLE cm (k UInt64, v UInt64, s Int8) ENGINE = CollapsingMergeTree(s) ORDER BY (intDiv(k, 10), k % 3);
+SYSTEM STOP MERGES cm;
+INSERT INTO cm SELECT number, number, 1 FROM numbers(60);
+INSERT INTO cm SELECT number * 2, number, -1 FROM numbers(20);
+SELECT count(), sum(k), sum(v), sum(s) FROM cm FINAL;
+SELECT _part, count() FROM cm GROUP BY _part ORDER BY _part;
