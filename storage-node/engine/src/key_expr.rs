@@ -8,7 +8,10 @@ use std::collections::HashMap;
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Date32Array, Int64Array, RecordBatch, TimestampSecondArray, UInt32Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, Date32Array, Int64Array, RecordBatch, StringArray, TimestampSecondArray, UInt32Array,
+    UInt64Array,
+};
 use arrow::compute::{cast, take};
 use arrow::datatypes::{DataType as ArrowType, Date32Type, Int64Type, TimeUnit, UInt64Type};
 use chrono::{Datelike, NaiveDate};
@@ -36,12 +39,14 @@ pub const PARTITION_FUNCTIONS: &[&str] =
 pub enum PartitionValue {
     Int(i128),
     Date(i32),
+    Str(String),
 }
 
 impl PartitionValue {
     fn id(&self) -> String {
         match self {
             PartitionValue::Int(v) => v.to_string(),
+            PartitionValue::Str(s) => s.clone(),
             PartitionValue::Date(d) => {
                 let date = days_to_date(*d);
                 format!("{:04}{:02}{:02}", date.year(), date.month(), date.day())
@@ -52,10 +57,16 @@ impl PartitionValue {
     fn display(&self) -> String {
         match self {
             PartitionValue::Int(v) => v.to_string(),
+            PartitionValue::Str(s) => s.clone(),
             PartitionValue::Date(d) => days_to_date(*d).format("%Y-%m-%d").to_string(),
         }
     }
 }
+
+/// ClickHouse's `Field::Types` tags, hashed before each value of a partition key.
+const FIELD_UINT64: u8 = 1;
+const FIELD_INT64: u8 = 2;
+const FIELD_STRING: u8 = 16;
 
 /// A partition: its id (part names start with it) and the value shown in `system.parts`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -69,12 +80,48 @@ impl Partition {
         Partition { id: "all".into(), value: "tuple()".into() }
     }
 
-    fn from_values(values: &[PartitionValue]) -> Partition {
-        let id = values.iter().map(PartitionValue::id).collect::<Vec<_>>().join("-");
+    /// ClickHouse names a partition of integers (and dates) by the values joined with `-`,
+    /// and any other by the SipHash-128 of its values as `Field`s (type tag, then the value).
+    fn from_values(values: &[PartitionValue], kinds: &[ValueKind]) -> Partition {
+        let id = if values.iter().any(|v| matches!(v, PartitionValue::Str(_))) {
+            let mut hash = crate::sip_hash::SipHash128::default();
+            for (value, kind) in values.iter().zip(kinds) {
+                match value {
+                    PartitionValue::Str(s) => {
+                        hash.update(&[FIELD_STRING]);
+                        hash.update(&(s.len() as u64).to_le_bytes());
+                        hash.update(s.as_bytes());
+                    }
+                    PartitionValue::Int(v) if matches!(kind, ValueKind::Int { signed: true }) => {
+                        hash.update(&[FIELD_INT64]);
+                        hash.update(&(*v as i64).to_le_bytes());
+                    }
+                    PartitionValue::Int(v) => {
+                        hash.update(&[FIELD_UINT64]);
+                        hash.update(&(*v as u64).to_le_bytes());
+                    }
+                    PartitionValue::Date(d) => {
+                        hash.update(&[FIELD_UINT64]);
+                        hash.update(&(*d as u64).to_le_bytes());
+                    }
+                }
+            }
+            hash.finish128().iter().map(|b| format!("{b:02x}")).collect()
+        } else {
+            values.iter().map(PartitionValue::id).collect::<Vec<_>>().join("-")
+        };
         let value = if values.len() == 1 {
             values[0].display()
         } else {
-            format!("({})", values.iter().map(PartitionValue::display).collect::<Vec<_>>().join(","))
+            // Inside a tuple strings and dates are quoted.
+            let shown: Vec<String> = values
+                .iter()
+                .map(|v| match v {
+                    PartitionValue::Int(_) => v.display(),
+                    _ => format!("'{}'", v.display().replace('\\', "\\\\").replace('\'', "\\'")),
+                })
+                .collect();
+            format!("({})", shown.join(","))
         };
         Partition { id, value }
     }
@@ -116,7 +163,7 @@ impl KeyExpr {
     fn kind(&self, columns: &[ColumnDef]) -> Result<ValueKind> {
         let bad = |m: String| EngineError::BadTableDefinition(m);
         match self {
-            KeyExpr::Literal(_) => Ok(ValueKind::Int),
+            KeyExpr::Literal(v) => Ok(ValueKind::Int { signed: *v < 0 }),
             KeyExpr::Tuple(_) => Err(bad("nested tuples are not allowed in a partition key".into())),
             KeyExpr::Column(name) => {
                 let col = columns
@@ -124,8 +171,11 @@ impl KeyExpr {
                     .find(|c| &c.name == name)
                     .ok_or_else(|| bad(format!("Missing columns: '{name}' while processing the partition key")))?;
                 match col.ty.value_type() {
-                    t if t.is_integer() => Ok(ValueKind::Int),
-                    ChType::Bool => Ok(ValueKind::Int),
+                    t if t.is_integer() => Ok(ValueKind::Int {
+                        signed: matches!(t, ChType::Int8 | ChType::Int16 | ChType::Int32 | ChType::Int64),
+                    }),
+                    ChType::Bool => Ok(ValueKind::Int { signed: false }),
+                    ChType::String | ChType::FixedString(_) => Ok(ValueKind::Str),
                     ChType::Date | ChType::Date32 => Ok(ValueKind::Date),
                     ChType::DateTime => Ok(ValueKind::DateTime),
                     other => Err(bad(format!(
@@ -137,12 +187,14 @@ impl KeyExpr {
                 let arg_kinds = args.iter().map(|a| a.kind(columns)).collect::<Result<Vec<_>>>()?;
                 let temporal = |k: &ValueKind| matches!(k, ValueKind::Date | ValueKind::DateTime);
                 match (function.as_str(), arg_kinds.as_slice()) {
-                    ("toYYYYMM" | "toYYYYMMDD" | "toYear", [k]) if temporal(k) => Ok(ValueKind::Int),
+                    ("toYYYYMM" | "toYYYYMMDD" | "toYear", [k]) if temporal(k) => Ok(ValueKind::Int { signed: false }),
                     ("toDate" | "toStartOfMonth" | "toMonday", [k]) if temporal(k) => Ok(ValueKind::Date),
                     ("toStartOfHour" | "toStartOfDay" | "toStartOfMinute", [k]) if temporal(k) => {
                         Ok(ValueKind::DateTime)
                     }
-                    ("intDiv" | "modulo", [ValueKind::Int, ValueKind::Int]) => Ok(ValueKind::Int),
+                    ("intDiv" | "modulo", [ValueKind::Int { signed: a }, ValueKind::Int { signed: b }]) => {
+                        Ok(ValueKind::Int { signed: *a || *b })
+                    }
                     _ => Err(bad(format!(
                         "unsupported partition key expression {function}(…) with {} argument(s); supported: {}",
                         args.len(),
@@ -156,7 +208,9 @@ impl KeyExpr {
     /// The type of the expression's values (for a sorting-key expression's hidden column).
     pub fn result_type(&self, columns: &[ColumnDef]) -> Result<ChType> {
         Ok(match self.kind(columns)? {
-            ValueKind::Int => ChType::Int64,
+            ValueKind::Int { signed: true } => ChType::Int64,
+            ValueKind::Int { signed: false } => ChType::UInt64,
+            ValueKind::Str => ChType::String,
             ValueKind::Date => ChType::Date,
             ValueKind::DateTime => ChType::DateTime,
         })
@@ -165,22 +219,22 @@ impl KeyExpr {
     /// The expression over every row of `batch`, as a column of [`result_type`](Self::result_type).
     pub fn evaluate_column(&self, columns: &[ColumnDef], batch: &RecordBatch) -> Result<ArrayRef> {
         let values = self.evaluate(columns, batch)?;
+        let int = |v: &PartitionValue| match v {
+            PartitionValue::Int(i) => *i as i64,
+            PartitionValue::Date(d) => *d as i64,
+            PartitionValue::Str(_) => 0,
+        };
         let array: ArrayRef = match self.kind(columns)? {
-            ValueKind::Date => Arc::new(Date32Array::from_iter_values(values.iter().map(|v| match v {
-                PartitionValue::Date(d) => *d,
-                PartitionValue::Int(i) => *i as i32,
-            }))),
-            kind => {
-                let ints = values.iter().map(|v| match v {
-                    PartitionValue::Int(i) => *i as i64,
-                    PartitionValue::Date(d) => *d as i64,
-                });
-                if kind == ValueKind::DateTime {
-                    Arc::new(TimestampSecondArray::from_iter_values(ints))
-                } else {
-                    Arc::new(Int64Array::from_iter_values(ints))
-                }
+            ValueKind::Date => Arc::new(Date32Array::from_iter_values(values.iter().map(|v| int(v) as i32))),
+            ValueKind::DateTime => Arc::new(TimestampSecondArray::from_iter_values(values.iter().map(int))),
+            ValueKind::Int { signed: true } => Arc::new(Int64Array::from_iter_values(values.iter().map(int))),
+            ValueKind::Int { signed: false } => {
+                Arc::new(UInt64Array::from_iter_values(values.iter().map(|v| int(v) as u64)))
             }
+            ValueKind::Str => Arc::new(StringArray::from_iter_values(values.iter().map(|v| match v {
+                PartitionValue::Str(s) => s.as_str(),
+                _ => "",
+            }))),
         };
         Ok(array)
     }
@@ -196,6 +250,7 @@ impl KeyExpr {
             return Ok(vec![(Partition::all(), batch.clone())]);
         };
         let evaluated = expr.elements().iter().map(|e| e.evaluate(columns, batch)).collect::<Result<Vec<_>>>()?;
+        let kinds = expr.elements().iter().map(|e| e.kind(columns)).collect::<Result<Vec<_>>>()?;
         let mut groups: HashMap<Vec<PartitionValue>, Vec<u32>> = HashMap::new();
         let mut order = Vec::new();
         for row in 0..batch.num_rows() {
@@ -215,7 +270,7 @@ impl KeyExpr {
                 .map(|c| take(c.as_ref(), &indices, None))
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             let part = RecordBatch::try_new(batch.schema(), columns)?;
-            out.push((Partition::from_values(&key), part));
+            out.push((Partition::from_values(&key, &kinds), part));
         }
         Ok(out)
     }
@@ -252,21 +307,28 @@ impl KeyExpr {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum ValueKind {
-    Int,
+    /// An integer; `signed` decides how ClickHouse hashes it into a partition id.
+    Int {
+        signed: bool,
+    },
     Date,
     DateTime,
+    Str,
 }
 
 /// DateTime values reach the functions as seconds; they are carried as `Int` with this marker
 /// removed by `column_values`, so the functions see days for dates and seconds for date-times.
 fn apply(function: &str, args: &[PartitionValue]) -> Result<PartitionValue> {
+    // `kind` has checked the argument types: strings never reach these functions.
     let date = |v: &PartitionValue| match v {
         PartitionValue::Date(d) => days_to_date(*d),
         PartitionValue::Int(secs) => days_to_date((secs.div_euclid(86_400)) as i32),
+        PartitionValue::Str(_) => NaiveDate::MIN,
     };
     let int = |v: &PartitionValue| match v {
         PartitionValue::Int(i) => *i,
         PartitionValue::Date(d) => *d as i128,
+        PartitionValue::Str(_) => 0,
     };
     Ok(match function {
         "toYYYYMM" => {
@@ -281,7 +343,7 @@ fn apply(function: &str, args: &[PartitionValue]) -> Result<PartitionValue> {
         "toStartOfHour" | "toStartOfDay" | "toStartOfMinute" => {
             let secs = match &args[0] {
                 PartitionValue::Date(d) => *d as i128 * 86_400,
-                PartitionValue::Int(secs) => *secs,
+                other => int(other),
             };
             let unit = match function {
                 "toStartOfHour" => 3_600,
@@ -316,6 +378,14 @@ fn apply(function: &str, args: &[PartitionValue]) -> Result<PartitionValue> {
 
 fn column_values(array: &ArrayRef) -> Result<Vec<PartitionValue>> {
     let out = match array.data_type() {
+        ArrowType::Utf8 => {
+            array.as_string::<i32>().iter().map(|v| PartitionValue::Str(v.unwrap_or_default().to_string())).collect()
+        }
+        ArrowType::FixedSizeBinary(_) => array
+            .as_fixed_size_binary()
+            .iter()
+            .map(|v| PartitionValue::Str(String::from_utf8_lossy(v.unwrap_or_default()).into_owned()))
+            .collect(),
         ArrowType::Date32 => {
             array.as_primitive::<Date32Type>().iter().map(|v| PartitionValue::Date(v.unwrap_or(0))).collect()
         }

@@ -13,6 +13,7 @@ pub mod merge;
 pub mod part;
 pub mod schema;
 pub mod settings;
+mod sip_hash;
 pub mod table;
 pub mod types;
 
