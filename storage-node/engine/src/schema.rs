@@ -1,6 +1,7 @@
 //! Table definitions: columns, the engine and its arguments, keys and settings, with the
 //! creation-time checks ClickHouse makes.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{Schema, SchemaRef};
@@ -75,6 +76,8 @@ pub struct TableDef {
     pub order_by: Vec<String>,
     pub primary_key: Vec<String>,
     pub sort_expressions: Vec<SortExpression>,
+    /// `DEFAULT` values by column: the literal as written, for inserts that leave it out.
+    pub defaults: BTreeMap<String, String>,
     pub settings: TableSettings,
 }
 
@@ -288,6 +291,8 @@ pub struct StoredTableDef {
     /// (hidden column name, its type, the expression).
     #[serde(default)]
     pub sort_expressions: Vec<(String, String, KeyExpr)>,
+    #[serde(default)]
+    pub defaults: BTreeMap<String, String>,
     pub settings: TableSettings,
 }
 
@@ -305,6 +310,7 @@ impl From<&TableDef> for StoredTableDef {
                 .iter()
                 .map(|e| (e.column.name.clone(), e.column.ty.to_string(), e.expr.clone()))
                 .collect(),
+            defaults: def.defaults.clone(),
             settings: def.settings.clone(),
         }
     }
@@ -330,6 +336,7 @@ impl StoredTableDef {
             order_by: self.order_by,
             primary_key: self.primary_key,
             sort_expressions,
+            defaults: self.defaults,
             settings: self.settings,
         })
     }

@@ -145,7 +145,7 @@ impl Session {
         let mut out = String::new();
         match statement {
             Statement::CreateTable { def, if_not_exists } => {
-                self.catalog.create_table(def, if_not_exists)?;
+                self.catalog.create_table(*def, if_not_exists)?;
             }
             Statement::DropTable { name, if_exists } => self.catalog.drop_table(&name, if_exists)?,
             Statement::ShowTables => {
@@ -169,11 +169,21 @@ impl Session {
                 let schema = Arc::new(Schema::new(
                     names.iter().map(|n| Field::new(*n, ArrowType::Utf8, false)).collect::<Vec<_>>(),
                 ));
+                let defaults = &table.def().defaults;
                 let mut arrays: Vec<ArrayRef> = vec![
                     Arc::new(StringArray::from(columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>())),
                     Arc::new(StringArray::from(columns.iter().map(|c| c.ty.to_string()).collect::<Vec<_>>())),
+                    Arc::new(StringArray::from(
+                        columns
+                            .iter()
+                            .map(|c| if defaults.contains_key(&c.name) { "DEFAULT" } else { "" })
+                            .collect::<Vec<_>>(),
+                    )),
+                    Arc::new(StringArray::from(
+                        columns.iter().map(|c| defaults.get(&c.name).cloned().unwrap_or_default()).collect::<Vec<_>>(),
+                    )),
                 ];
-                for _ in 2..names.len() {
+                for _ in 4..names.len() {
                     arrays.push(Arc::new(StringArray::from(vec![""; columns.len()])));
                 }
                 let batch = RecordBatch::try_new(schema.clone(), arrays)?;

@@ -21,6 +21,7 @@ fn table(engine: EngineKind, columns: &[(&str, ChType)]) -> TableDef {
         order_by: vec!["k".into()],
         primary_key: vec![],
         sort_expressions: vec![],
+        defaults: Default::default(),
         settings: TableSettings::default(),
     }
 }

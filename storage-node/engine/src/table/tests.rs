@@ -22,6 +22,7 @@ fn def(settings: TableSettings) -> TableDef {
         order_by: vec!["k".into()],
         primary_key: vec![],
         sort_expressions: vec![],
+        defaults: Default::default(),
         settings,
     }
 }

@@ -6,7 +6,7 @@ use arrow::datatypes::{DataType as ArrowType, TimeUnit};
 use datafusion::common::{plan_err, DFSchema};
 use datafusion::error::Result as DfResult;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
-use datafusion::logical_expr::{cast, ExprSchemable};
+use datafusion::logical_expr::{cast, lit, Expr, ExprSchemable};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility};
 use datafusion::sql::sqlparser::ast::BinaryOperator;
 
@@ -24,6 +24,20 @@ impl ExprPlanner for ClickHouseOperators {
             return Ok(PlannerResult::Original(expr));
         };
         match &expr.op {
+            // ClickHouse takes numbers as conditions: `active AND x > 1` means `active != 0 AND …`.
+            BinaryOperator::And | BinaryOperator::Or
+                if !(left == ArrowType::Boolean && right == ArrowType::Boolean) =>
+            {
+                let condition = |e: Expr, t: &ArrowType| {
+                    if t.is_numeric() {
+                        e.not_eq(lit(0).cast_to(t, schema).unwrap_or_else(|_| lit(0)))
+                    } else {
+                        e
+                    }
+                };
+                let (l, r) = (condition(expr.left, &left), condition(expr.right, &right));
+                Ok(PlannerResult::Planned(if expr.op == BinaryOperator::And { l.and(r) } else { l.or(r) }))
+            }
             BinaryOperator::Divide if is_integer(&left) && is_integer(&right) => {
                 Ok(PlannerResult::Planned(cast(expr.left, ArrowType::Float64) / cast(expr.right, ArrowType::Float64)))
             }

@@ -52,16 +52,28 @@ pub fn insert_columns(table: &Table, columns: Option<&[String]>) -> Result<Vec<u
     }
 }
 
+/// A literal as VALUES writes it (`5`, `-1.5`, `'text'`, `[1, 2]`).
+pub fn parse_literal(text: &str) -> Result<Value> {
+    let rows = values::parse_values(&format!("({text})"), 0, text.len() + 2, vec![0])?;
+    rows.rows
+        .into_iter()
+        .next()
+        .and_then(|row| row.into_iter().next().flatten())
+        .ok_or_else(|| QueryError::Invalid(format!("{text} is not a value")))
+}
+
 /// Builds the table's block from rows of values.
 pub fn build_block(table: &Table, input: RowsInput) -> Result<RecordBatch> {
     let def = table.def();
     let mut columns = Vec::with_capacity(def.columns.len());
     for (i, column) in def.columns.iter().enumerate() {
+        let default = match def.defaults.get(&column.name) {
+            Some(text) => parse_literal(text)?,
+            None => default_value(&column.ty),
+        };
         let values: Vec<Value> = match input.columns.iter().position(|&c| c == i) {
-            Some(at) => {
-                input.rows.iter().map(|row| row[at].clone().unwrap_or_else(|| default_value(&column.ty))).collect()
-            }
-            None => vec![default_value(&column.ty); input.rows.len()],
+            Some(at) => input.rows.iter().map(|row| row[at].clone().unwrap_or_else(|| default.clone())).collect(),
+            None => vec![default; input.rows.len()],
         };
         let array = column_from_values(&column.ty, &values).map_err(|message| {
             QueryError::Invalid(format!("column {} of table {}: {message}", column.name, def.name))

@@ -14,8 +14,13 @@ pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
     let name = c.table_name()?;
     c.expect_punct("(")?;
     let mut columns = Vec::new();
+    let mut defaults = std::collections::BTreeMap::new();
     loop {
-        columns.push(parse_column(c)?);
+        let (column, default) = parse_column(c)?;
+        if let Some(default) = default {
+            defaults.insert(column.name.clone(), default);
+        }
+        columns.push(column);
         if c.eat_punct(")") {
             break;
         }
@@ -79,12 +84,21 @@ pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
     };
     let order_by = order_by.iter().map(&mut key_name).collect::<Result<Vec<_>>>()?;
     let primary_key = primary_key.unwrap_or_default().iter().map(&mut key_name).collect::<Result<Vec<_>>>()?;
-    let def = TableDef { name, columns, engine, partition_by, primary_key, order_by, sort_expressions, settings };
+    let def =
+        TableDef { name, columns, engine, partition_by, primary_key, order_by, sort_expressions, defaults, settings };
+    // A default must be a value of its column's type.
+    for (column, default) in &def.defaults {
+        let ty = def.column(column).map(|c| c.ty.clone()).unwrap_or(ChType::String);
+        let value = crate::input::parse_literal(default)?;
+        crate::input::value::column_from_values(&ty, &[value])
+            .map_err(|message| QueryError::Invalid(format!("DEFAULT value {default} of column {column}: {message}")))?;
+    }
     def.validate()?;
     Ok(def)
 }
 
-fn parse_column(c: &mut Cursor<'_>) -> Result<ColumnDef> {
+/// A column definition and its `DEFAULT` literal, if any.
+fn parse_column(c: &mut Cursor<'_>) -> Result<(ColumnDef, Option<String>)> {
     let name = c.ident("a column name")?;
     let start = c.offset();
     // The type runs to the next top-level ',' or ')' or column clause keyword.
@@ -113,6 +127,7 @@ fn parse_column(c: &mut Cursor<'_>) -> Result<ColumnDef> {
     }
     let mut ty =
         ChType::parse(&c.source[start..end]).map_err(|e| QueryError::syntax(c.source, start, e.to_string()))?;
+    let mut default = None;
     loop {
         if c.eat_word("NULL") {
             if !ty.is_nullable() {
@@ -124,13 +139,26 @@ fn parse_column(c: &mut Cursor<'_>) -> Result<ColumnDef> {
             c.skip_balanced("(", ")")?;
         } else if c.eat_word("COMMENT") {
             c.literal("a comment")?;
-        } else if c.peek_word("DEFAULT") || c.peek_word("MATERIALIZED") || c.peek_word("ALIAS") {
-            return Err(c.error("column DEFAULT, MATERIALIZED and ALIAS expressions are not supported yet"));
+        } else if c.eat_word("DEFAULT") {
+            let start = c.offset();
+            let literal = c.literal("a DEFAULT value")?;
+            let literal_token_end = c.tokens()[c.position() - 1].end;
+            if c.peek_punct("(") {
+                return Err(QueryError::syntax(
+                    c.source,
+                    start,
+                    "DEFAULT expressions are not supported yet; use a literal value",
+                ));
+            }
+            let _ = literal;
+            default = Some(c.source[start..literal_token_end].to_string());
+        } else if c.peek_word("MATERIALIZED") || c.peek_word("ALIAS") {
+            return Err(c.error("MATERIALIZED and ALIAS columns are not supported yet"));
         } else {
             break;
         }
     }
-    Ok(ColumnDef { name, ty })
+    Ok((ColumnDef { name, ty }, default))
 }
 
 fn arg_count_error(c: &Cursor<'_>, engine: &str, expected: &str, got: usize) -> QueryError {

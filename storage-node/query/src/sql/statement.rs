@@ -44,7 +44,7 @@ pub struct Insert {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Statement {
-    CreateTable { def: TableDef, if_not_exists: bool },
+    CreateTable { def: Box<TableDef>, if_not_exists: bool },
     DropTable { name: String, if_exists: bool },
     ShowTables,
     Describe { table: String },
@@ -65,7 +65,7 @@ pub fn parse_statement(source: &str, tokens: &[Token], end: usize) -> Result<Sta
             return Err(c.error("expected TABLE (only CREATE TABLE is supported)"));
         }
         let if_not_exists = c.eat_words(&["IF", "NOT", "EXISTS"]);
-        Statement::CreateTable { def: parse_create_table(&mut c)?, if_not_exists }
+        Statement::CreateTable { def: Box::new(parse_create_table(&mut c)?), if_not_exists }
     } else if c.eat_word("DROP") {
         c.expect_word("TABLE")?;
         let if_exists = c.eat_words(&["IF", "EXISTS"]);
