@@ -13,6 +13,36 @@ use datafusion::sql::sqlparser::ast::BinaryOperator;
 #[derive(Debug, Default)]
 pub struct ClickHouseOperators;
 
+/// For `unsigned column ∘ literal` (either order) with a non-negative integer literal: the
+/// column and the literal cast to the column's type.
+fn unsigned_with_literal(left: &Expr, lt: &ArrowType, right: &Expr, rt: &ArrowType) -> Option<(Expr, Expr)> {
+    let as_unsigned = |e: &Expr, column_type: &ArrowType| match e {
+        Expr::Literal(v, _) if column_type.is_unsigned_integer() => {
+            let value = v.cast_to(&ArrowType::Int64).ok()?;
+            match value {
+                datafusion::common::ScalarValue::Int64(Some(n)) if n >= 0 => {
+                    lit(datafusion::common::ScalarValue::UInt64(Some(n as u64)))
+                        .cast_to(column_type, &DFSchema::empty())
+                        .ok()
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    if !matches!(left, Expr::Literal(..)) {
+        if let Some(l) = as_unsigned(right, lt) {
+            return Some((left.clone(), l));
+        }
+    }
+    if !matches!(right, Expr::Literal(..)) && rt.is_unsigned_integer() {
+        if let Some(l) = as_unsigned(left, rt) {
+            return Some((right.clone(), l));
+        }
+    }
+    None
+}
+
 /// Integers, and the scale-0 decimals DataFusion widens mixed signed/unsigned arithmetic to.
 fn is_integer(t: &ArrowType) -> bool {
     t.is_integer() || matches!(t, ArrowType::Decimal128(_, 0) | ArrowType::Decimal256(_, 0))
@@ -37,6 +67,22 @@ impl ExprPlanner for ClickHouseOperators {
                 };
                 let (l, r) = (condition(expr.left, &left), condition(expr.right, &right));
                 Ok(PlannerResult::Planned(if expr.op == BinaryOperator::And { l.and(r) } else { l.or(r) }))
+            }
+            // An unsigned column with a non-negative integer literal stays unsigned (ClickHouse
+            // types the literal as UInt8…UInt64); DataFusion would widen both to Decimal128.
+            op @ (BinaryOperator::Plus | BinaryOperator::Multiply | BinaryOperator::Modulo)
+                if unsigned_with_literal(&expr.left, &left, &expr.right, &right).is_some() =>
+            {
+                let literal_on_right = matches!(expr.right, Expr::Literal(..));
+                let Some((column, literal)) = unsigned_with_literal(&expr.left, &left, &expr.right, &right) else {
+                    return Ok(PlannerResult::Original(expr));
+                };
+                let (l, r) = if literal_on_right { (column, literal) } else { (literal, column) };
+                Ok(PlannerResult::Planned(match op {
+                    BinaryOperator::Plus => l + r,
+                    BinaryOperator::Multiply => l * r,
+                    _ => l % r,
+                }))
             }
             BinaryOperator::Divide if is_integer(&left) && is_integer(&right) => {
                 Ok(PlannerResult::Planned(cast(expr.left, ArrowType::Float64) / cast(expr.right, ArrowType::Float64)))
