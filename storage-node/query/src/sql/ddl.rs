@@ -141,7 +141,7 @@ fn parse_column(c: &mut Cursor<'_>) -> Result<(ColumnDef, Option<String>)> {
             c.literal("a comment")?;
         } else if c.eat_word("DEFAULT") {
             let start = c.offset();
-            let literal = c.literal("a DEFAULT value")?;
+            c.literal("a DEFAULT value")?;
             let literal_token_end = c.tokens()[c.position() - 1].end;
             if c.peek_punct("(") {
                 return Err(QueryError::syntax(
@@ -150,7 +150,6 @@ fn parse_column(c: &mut Cursor<'_>) -> Result<(ColumnDef, Option<String>)> {
                     "DEFAULT expressions are not supported yet; use a literal value",
                 ));
             }
-            let _ = literal;
             default = Some(c.source[start..literal_token_end].to_string());
         } else if c.peek_word("MATERIALIZED") || c.peek_word("ALIAS") {
             return Err(c.error("MATERIALIZED and ALIAS columns are not supported yet"));
@@ -170,30 +169,28 @@ fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
     let name = c.ident("an engine name")?;
     let mut args: Vec<Vec<String>> = Vec::new();
     if c.eat_punct("(") && !c.eat_punct(")") {
-        {
-            loop {
-                if c.eat_punct("(") {
-                    let mut tuple = Vec::new();
-                    loop {
-                        tuple.push(c.ident("a column name")?);
-                        if c.eat_punct(")") {
-                            break;
-                        }
-                        c.expect_punct(",")?;
+        loop {
+            if c.eat_punct("(") {
+                let mut tuple = Vec::new();
+                loop {
+                    tuple.push(c.ident("a column name")?);
+                    if c.eat_punct(")") {
+                        break;
                     }
-                    args.push(tuple);
-                } else if c.peek().is_some_and(|t| t.kind == TokenKind::Str || t.kind == TokenKind::Number) {
-                    return Err(c.error(
-                        "literal engine arguments are not supported (replicated engines come with replication)",
-                    ));
-                } else {
-                    args.push(vec![c.ident("a column name")?]);
+                    c.expect_punct(",")?;
                 }
-                if c.eat_punct(")") {
-                    break;
-                }
-                c.expect_punct(",")?;
+                args.push(tuple);
+            } else if c.peek().is_some_and(|t| t.kind == TokenKind::Str || t.kind == TokenKind::Number) {
+                return Err(
+                    c.error("literal engine arguments are not supported (replicated engines come with replication)")
+                );
+            } else {
+                args.push(vec![c.ident("a column name")?]);
             }
+            if c.eat_punct(")") {
+                break;
+            }
+            c.expect_punct(",")?;
         }
     }
     let single = |args: &[Vec<String>], i: usize| -> Option<String> {
