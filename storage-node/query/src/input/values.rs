@@ -18,16 +18,7 @@ pub fn parse_values(source: &str, start: usize, end: usize, columns: Vec<usize>)
     while !c.is_done() {
         let row_at = c.offset();
         c.expect_punct("(")?;
-        let mut row = Vec::with_capacity(columns.len());
-        if !c.eat_punct(")") {
-            loop {
-                row.push(Some(parse_value(&mut c)?));
-                if c.eat_punct(")") {
-                    break;
-                }
-                c.expect_punct(",")?;
-            }
-        }
+        let row: Vec<Option<Value>> = c.list(")", true, |c| parse_value(c).map(Some))?;
         if row.len() != columns.len() {
             return Err(QueryError::syntax(
                 source,
@@ -53,45 +44,13 @@ fn parse_value(c: &mut Cursor<'_>) -> Result<Value> {
             Value::Number(n) => Value::Number(n),
             _ => return Err(c.error("expected a number after the sign")),
         },
-        TokenKind::Punct if token.text == "[" => {
-            let mut items = Vec::new();
-            if !c.eat_punct("]") {
-                loop {
-                    items.push(parse_value(c)?);
-                    if c.eat_punct("]") {
-                        break;
-                    }
-                    c.expect_punct(",")?;
-                }
-            }
-            Value::Array(items)
-        }
-        TokenKind::Punct if token.text == "(" => {
-            let mut items = Vec::new();
-            loop {
-                items.push(parse_value(c)?);
-                if c.eat_punct(")") {
-                    break;
-                }
-                c.expect_punct(",")?;
-            }
-            Value::Tuple(items)
-        }
-        TokenKind::Punct if token.text == "{" => {
-            let mut pairs = Vec::new();
-            if !c.eat_punct("}") {
-                loop {
-                    let key = parse_value(c)?;
-                    c.expect_punct(":")?;
-                    pairs.push((key, parse_value(c)?));
-                    if c.eat_punct("}") {
-                        break;
-                    }
-                    c.expect_punct(",")?;
-                }
-            }
-            Value::Map(pairs)
-        }
+        TokenKind::Punct if token.text == "[" => Value::Array(c.list("]", true, parse_value)?),
+        TokenKind::Punct if token.text == "(" => Value::Tuple(c.list(")", false, parse_value)?),
+        TokenKind::Punct if token.text == "{" => Value::Map(c.list("}", true, |c| {
+            let key = parse_value(c)?;
+            c.expect_punct(":")?;
+            Ok((key, parse_value(c)?))
+        })?),
         TokenKind::Word => match token.text.to_ascii_lowercase().as_str() {
             "null" => Value::Null,
             "true" => Value::Bool(true),
@@ -108,16 +67,7 @@ fn parse_value(c: &mut Cursor<'_>) -> Result<Value> {
                     ));
                 }
                 c.advance();
-                let mut args = Vec::new();
-                if !c.eat_punct(")") {
-                    loop {
-                        args.push(parse_value(c)?);
-                        if c.eat_punct(")") {
-                            break;
-                        }
-                        c.expect_punct(",")?;
-                    }
-                }
+                let args = c.list(")", true, parse_value)?;
                 match name.as_str() {
                     "array" => Value::Array(args),
                     "tuple" => Value::Tuple(args),

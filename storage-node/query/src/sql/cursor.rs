@@ -140,6 +140,27 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Items separated by `,` up to `close` (the opening bracket is already consumed). An
+    /// empty list is accepted only when `allow_empty`.
+    pub fn list<T>(
+        &mut self,
+        close: &str,
+        allow_empty: bool,
+        mut item: impl FnMut(&mut Cursor<'a>) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut items = Vec::new();
+        if allow_empty && self.eat_punct(close) {
+            return Ok(items);
+        }
+        loop {
+            items.push(item(self)?);
+            if self.eat_punct(close) {
+                return Ok(items);
+            }
+            self.expect_punct(",")?;
+        }
+    }
+
     /// Skips to the matching close of the bracket just consumed; returns the inner tokens' span.
     pub fn skip_balanced(&mut self, open: &str, close: &str) -> Result<(usize, usize)> {
         let start = self.offset();

@@ -13,19 +13,14 @@ use crate::error::{QueryError, Result};
 pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
     let name = c.table_name()?;
     c.expect_punct("(")?;
-    let mut columns = Vec::new();
     let mut defaults = std::collections::BTreeMap::new();
-    loop {
+    let columns = c.list(")", false, |c| {
         let (column, default) = parse_column(c)?;
         if let Some(default) = default {
             defaults.insert(column.name.clone(), default);
         }
-        columns.push(column);
-        if c.eat_punct(")") {
-            break;
-        }
-        c.expect_punct(",")?;
-    }
+        Ok(column)
+    })?;
     let mut engine = None;
     let mut partition_by = None;
     let mut order_by = None;
@@ -171,15 +166,7 @@ fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
     if c.eat_punct("(") && !c.eat_punct(")") {
         loop {
             if c.eat_punct("(") {
-                let mut tuple = Vec::new();
-                loop {
-                    tuple.push(c.ident("a column name")?);
-                    if c.eat_punct(")") {
-                        break;
-                    }
-                    c.expect_punct(",")?;
-                }
-                args.push(tuple);
+                args.push(c.list(")", false, |c| c.ident("a column name"))?);
             } else if c.peek().is_some_and(|t| t.kind == TokenKind::Str || t.kind == TokenKind::Number) {
                 return Err(
                     c.error("literal engine arguments are not supported (replicated engines come with replication)")
@@ -288,16 +275,7 @@ fn parse_key_primary(c: &mut Cursor<'_>) -> Result<KeyExpr> {
     }
     let name = c.ident("a partition key expression")?;
     if c.eat_punct("(") {
-        let mut args = Vec::new();
-        if !c.eat_punct(")") {
-            loop {
-                args.push(parse_key_expr(c)?);
-                if c.eat_punct(")") {
-                    break;
-                }
-                c.expect_punct(",")?;
-            }
-        }
+        let args = c.list(")", true, parse_key_expr)?;
         return Ok(KeyExpr::Call { function: name, args });
     }
     Ok(KeyExpr::Column(name))

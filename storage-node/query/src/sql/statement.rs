@@ -120,18 +120,7 @@ fn parse_insert(c: &mut Cursor<'_>) -> Result<Insert> {
     c.expect_word("INTO")?;
     c.eat_word("TABLE");
     let table = c.table_name()?;
-    let mut columns = None;
-    if c.eat_punct("(") {
-        let mut names = Vec::new();
-        loop {
-            names.push(c.ident("a column name")?);
-            if c.eat_punct(")") {
-                break;
-            }
-            c.expect_punct(",")?;
-        }
-        columns = Some(names);
-    }
+    let columns = if c.eat_punct("(") { Some(c.list(")", false, |c| c.ident("a column name"))?) } else { None };
     let mut settings = Vec::new();
     if c.eat_word("SETTINGS") {
         settings = parse_settings_list(c)?;
@@ -170,15 +159,7 @@ fn parse_optimize(c: &mut Cursor<'_>) -> Result<Statement> {
             c.expect_punct(")")?;
             PartitionSpec::Value(vec![])
         } else if c.eat_punct("(") {
-            let mut values = Vec::new();
-            loop {
-                values.push(c.literal("a partition value")?);
-                if c.eat_punct(")") {
-                    break;
-                }
-                c.expect_punct(",")?;
-            }
-            PartitionSpec::Value(values)
+            PartitionSpec::Value(c.list(")", false, |c| c.literal("a partition value"))?)
         } else if c.peek_word("ALL") {
             return Err(QueryError::Unsupported("Only Support DROP/DETACH/ATTACH PARTITION ALL currently".into()));
         } else {
