@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow::array::{AsArray, BooleanArray};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef};
-use arrow_row::{OwnedRow, RowConverter, SortField};
+use arrow_row::{OwnedRow, RowConverter, Rows, SortField};
 
 use super::read::{part_stream, ReadOptions, PART_COLUMN};
 use super::Table;
@@ -106,16 +106,21 @@ impl Table {
         let converter = RowConverter::new(
             self.key_columns.iter().map(|&c| SortField::new(self.schema.field(c).data_type().clone())).collect(),
         )?;
+        // Each part's sparse index, encoded once for the cuts, their offsets and the overlaps.
+        let marks: Vec<Rows> = parts
+            .iter()
+            .map(|p| converter.convert_columns(p.index.columns()))
+            .collect::<std::result::Result<_, _>>()?;
         let total_rows: u64 = parts.iter().map(|p| p.rows()).sum();
-        let cuts = if parallelism > 1 && total_rows >= MIN_ROWS_TO_SPLIT {
-            key_cuts(&parts, &converter, parallelism)?
-        } else {
-            Vec::new()
-        };
+        let cuts =
+            if parallelism > 1 && total_rows >= MIN_ROWS_TO_SPLIT { key_cuts(&marks, parallelism) } else { Vec::new() };
         // Row offsets of every cut in every part.
         let offsets: Vec<Vec<usize>> = parts
             .iter()
-            .map(|p| cuts.iter().map(|cut| self.first_row_not_below(p, &converter, cut)).collect::<Result<Vec<_>>>())
+            .zip(&marks)
+            .map(|(p, m)| {
+                cuts.iter().map(|cut| self.first_row_not_below(p, m, &converter, cut)).collect::<Result<Vec<_>>>()
+            })
             .collect::<Result<_>>()?;
 
         let groups: Vec<Vec<usize>> = if options.final_within_partitions {
@@ -132,8 +137,8 @@ impl Table {
         };
         let mut tasks: Vec<Vec<Vec<PartRows>>> = vec![Vec::new(); cuts.len() + 1];
         for group in groups {
-            let members: Vec<Arc<DataPart>> = group.iter().map(|&i| parts[i].clone()).collect();
-            for component in overlapping_components(&members, &converter)? {
+            let group_marks: Vec<&Rows> = group.iter().map(|&i| &marks[i]).collect();
+            for component in overlapping_components(&group_marks) {
                 for (range, task) in tasks.iter_mut().enumerate() {
                     let piece: Vec<PartRows> = component
                         .iter()
@@ -176,10 +181,15 @@ impl Table {
 
     /// The first row of `part` whose key is not below `cut`: found in the sparse index, then in
     /// the one granule that can hold it.
-    fn first_row_not_below(&self, part: &DataPart, converter: &RowConverter, cut: &OwnedRow) -> Result<usize> {
+    fn first_row_not_below(
+        &self,
+        part: &DataPart,
+        marks: &Rows,
+        converter: &RowConverter,
+        cut: &OwnedRow,
+    ) -> Result<usize> {
         let rows = part.rows() as usize;
         let granularity = part.meta.index_granularity as usize;
-        let marks = converter.convert_columns(part.index.columns())?;
         let granules = rows.div_ceil(granularity);
         let after = partition_point(granules, |g| marks.row(g) < cut.row());
         if after == 0 {
@@ -259,10 +269,9 @@ fn partition_point(len: usize, below: impl Fn(usize) -> bool) -> usize {
 
 /// Keys that cut the parts' rows into `parallelism` ranges of similar size: quantiles of all
 /// index marks (each mark stands for a granule of rows).
-fn key_cuts(parts: &[Arc<DataPart>], converter: &RowConverter, parallelism: usize) -> Result<Vec<OwnedRow>> {
+fn key_cuts(part_marks: &[Rows], parallelism: usize) -> Vec<OwnedRow> {
     let mut marks: Vec<OwnedRow> = Vec::new();
-    for part in parts {
-        let rows = converter.convert_columns(part.index.columns())?;
+    for rows in part_marks {
         // The last index row is the part's last key, not the start of a granule.
         marks.extend((0..rows.num_rows().saturating_sub(1)).map(|i| rows.row(i).owned()));
     }
@@ -274,7 +283,7 @@ fn key_cuts(parts: &[Arc<DataPart>], converter: &RowConverter, parallelism: usiz
     if let Some(first) = marks.first() {
         cuts.retain(|c| c.row() > first.row());
     }
-    Ok(cuts)
+    cuts
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -302,17 +311,15 @@ fn apply_filter(stream: SortedStream, filter: VisibilityFilter) -> SortedStream 
 
 /// Groups parts (in insertion order) into runs whose key ranges overlap, ordered by key;
 /// each run keeps insertion order inside.
-fn overlapping_components(parts: &[Arc<DataPart>], converter: &RowConverter) -> Result<Vec<Vec<usize>>> {
-    if parts.len() < 2 {
-        return Ok((0..parts.len()).map(|i| vec![i]).collect());
+fn overlapping_components(marks: &[&Rows]) -> Vec<Vec<usize>> {
+    if marks.len() < 2 {
+        return (0..marks.len()).map(|i| vec![i]).collect();
     }
-    let mut ranges = Vec::with_capacity(parts.len());
-    for (i, part) in parts.iter().enumerate() {
-        let index = &part.index;
-        if index.num_rows() == 0 {
+    let mut ranges = Vec::with_capacity(marks.len());
+    for (i, rows) in marks.iter().enumerate() {
+        if rows.num_rows() == 0 {
             continue;
         }
-        let rows = converter.convert_columns(index.columns())?;
         ranges.push((rows.row(0).owned(), rows.row(rows.num_rows() - 1).owned(), i));
     }
     ranges.sort_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)));
@@ -332,11 +339,11 @@ fn overlapping_components(parts: &[Arc<DataPart>], converter: &RowConverter) -> 
             }
         }
     }
-    Ok(components
+    components
         .into_iter()
         .map(|mut c| {
             c.sort_unstable();
             c
         })
-        .collect())
+        .collect()
 }
