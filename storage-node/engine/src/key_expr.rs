@@ -30,9 +30,20 @@ pub enum KeyExpr {
     Tuple(Vec<KeyExpr>),
 }
 
-/// Functions a partition key may call.
-pub const PARTITION_FUNCTIONS: &[&str] =
-    &["toYYYYMM", "toYYYYMMDD", "toYear", "toDate", "toStartOfMonth", "toMonday", "intDiv", "modulo"];
+/// Functions a partition or sorting key may call (named in the error for any other).
+pub const PARTITION_FUNCTIONS: &[&str] = &[
+    "toYYYYMM",
+    "toYYYYMMDD",
+    "toYear",
+    "toDate",
+    "toStartOfMonth",
+    "toMonday",
+    "toStartOfDay",
+    "toStartOfHour",
+    "toStartOfMinute",
+    "intDiv",
+    "modulo",
+];
 
 /// One evaluated partition key element.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
