@@ -188,45 +188,28 @@ impl TableProvider for EngineTableProvider {
                 }
             })
             .collect();
-        let partitions: Vec<Arc<dyn PartitionStream>> = if matches!(self.mode, ScanMode::Final { .. }) {
-            // FINAL runs as one task per key range, one per core.
-            let parallelism = state.config().target_partitions();
+        // One partition per task: FINAL per key range, plain reads per share of row groups,
+        // as many as the session has cores for.
+        let parallelism = state.config().target_partitions();
+        let reads: Vec<Read> = if matches!(self.mode, ScanMode::Final { .. }) {
             let tasks = self.table.plan_final(&options, parallelism).map_err(external)?;
-            if tasks.is_empty() {
-                // No parts: a scan of nothing.
-                vec![Arc::new(EnginePartition {
-                    read: Mutex::new(Some(Read::Nothing)),
-                    schema: read_schema.clone(),
-                    table_name: self.table.name().to_string(),
-                }) as Arc<dyn PartitionStream>]
-            } else {
-                tasks
-                    .into_iter()
-                    .map(|task| {
-                        Arc::new(EnginePartition {
-                            read: Mutex::new(Some(Read::Final(Box::new(task)))),
-                            schema: read_schema.clone(),
-                            table_name: self.table.name().to_string(),
-                        }) as Arc<dyn PartitionStream>
-                    })
-                    .collect()
-            }
+            tasks.into_iter().map(|t| Read::Final(Box::new(t))).collect()
         } else {
-            let parallelism = state.config().target_partitions();
             let tasks = self.table.plan_scan(&options, parallelism).map_err(external)?;
-            let partition = |read| {
+            tasks.into_iter().map(Read::Scan).collect()
+        };
+        // A table without parts still needs one partition: it reads nothing.
+        let reads = if reads.is_empty() { vec![Read::Nothing] } else { reads };
+        let partitions: Vec<Arc<dyn PartitionStream>> = reads
+            .into_iter()
+            .map(|read| {
                 Arc::new(EnginePartition {
                     read: Mutex::new(Some(read)),
                     schema: read_schema.clone(),
                     table_name: self.table.name().to_string(),
                 }) as Arc<dyn PartitionStream>
-            };
-            if tasks.is_empty() {
-                vec![partition(Read::Nothing)]
-            } else {
-                tasks.into_iter().map(|t| partition(Read::Scan(t))).collect()
-            }
-        };
+            })
+            .collect();
         let exec = StreamingTableExec::try_new(read_schema, partitions, Some(&positions), vec![], false, limit)?;
         Ok(Arc::new(exec))
     }
