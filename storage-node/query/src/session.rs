@@ -324,14 +324,24 @@ fn select_blocks(table: &Table, columns: &[usize], batches: Vec<RecordBatch>) ->
                 columns.len()
             )));
         }
+        // The columns the INSERT leaves out take their defaults: one block of them per batch,
+        // built when the first such column comes.
+        let mut defaults: Option<RecordBatch> = None;
         let mut arrays = Vec::with_capacity(schema.fields().len());
         for (i, field) in schema.fields().iter().enumerate() {
             let array = match columns.iter().position(|&c| c == i) {
                 Some(at) => cast(batch.column(at), field.data_type())?,
                 None => {
-                    let default =
-                        build_block(table, input::RowsInput { columns: vec![], rows: vec![vec![]; batch.num_rows()] })?;
-                    default.column(i).clone()
+                    let block = match defaults.take() {
+                        Some(block) => block,
+                        None => build_block(
+                            table,
+                            input::RowsInput { columns: vec![], rows: vec![vec![]; batch.num_rows()] },
+                        )?,
+                    };
+                    let column = block.column(i).clone();
+                    defaults = Some(block);
+                    column
                 }
             };
             arrays.push(array);
