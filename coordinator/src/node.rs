@@ -1,0 +1,388 @@
+//! One coordinator node: its Raft instance, its tree, the service other nodes call, and the
+//! session bookkeeping that only the leader acts on. Client connections (in `server`) call
+//! `write`, `read_index` and `touch` and never talk to Raft directly.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{Snapshot, SnapshotPolicy};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::raft::log_store::LogStore;
+use crate::raft::network::{
+    read_frame, write_frame, ForwardError, NetworkFactory, PeerPool, PeerRequest, PeerResponse,
+};
+use crate::raft::state_machine::StateMachine;
+use crate::raft::{Node, NodeId, Raft};
+use crate::state::NodeState;
+use crate::tree::command::{Command, CommandResult};
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: NodeId,
+    pub client_addr: SocketAddr,
+    pub raft_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Every other member: id → Raft address.
+    pub peers: BTreeMap<NodeId, String>,
+    /// ZooKeeper's tickTime: sessions get between 2 and 20 ticks.
+    pub tick_ms: u32,
+    pub snapshot_every: u64,
+}
+
+impl NodeConfig {
+    pub fn min_session_timeout_ms(&self) -> i32 {
+        (self.tick_ms * 2) as i32
+    }
+
+    pub fn max_session_timeout_ms(&self) -> i32 {
+        (self.tick_ms * 20) as i32
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("cannot open the data directory {dir}: {source}")]
+    Storage { dir: PathBuf, source: io::Error },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: io::Error },
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// Per-node counters for the four-letter words.
+#[derive(Default)]
+pub struct ServerStats {
+    pub received: AtomicU64,
+    pub sent: AtomicU64,
+    pub connections: AtomicU64,
+    pub latency_total_us: AtomicU64,
+    pub latency_max_us: AtomicU64,
+    pub latency_count: AtomicU64,
+}
+
+impl ServerStats {
+    pub fn record_latency(&self, elapsed: Duration) {
+        let us = elapsed.as_micros() as u64;
+        self.latency_total_us.fetch_add(us, Ordering::Relaxed);
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_max_us.fetch_max(us, Ordering::Relaxed);
+    }
+}
+
+pub struct Coordinator {
+    pub config: NodeConfig,
+    pub raft: Raft,
+    pub state: Arc<NodeState>,
+    pub stats: ServerStats,
+    pool: PeerPool,
+    /// Leader only: when each session expires unless it is heard from.
+    deadlines: Mutex<HashMap<i64, Instant>>,
+    /// Sessions heard from on this node since the last report to the leader.
+    heard_from: Mutex<HashSet<i64>>,
+    next_connection_id: AtomicU64,
+}
+
+/// How long a write or a read barrier keeps looking for a leader before it gives up.
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Coordinator {
+    pub async fn start(config: NodeConfig) -> Result<Arc<Self>, NodeError> {
+        let storage_err = |source| NodeError::Storage { dir: config.data_dir.clone(), source };
+        let state = NodeState::new();
+        let log_store = LogStore::open(&config.data_dir.join("log")).map_err(storage_err)?;
+        let state_machine =
+            StateMachine::open(&config.data_dir.join("snapshot"), state.clone()).map_err(storage_err)?;
+        let raft_config = openraft::Config {
+            cluster_name: "mergestream-coordinator".into(),
+            heartbeat_interval: 100,
+            election_timeout_min: 400,
+            election_timeout_max: 800,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let pool = PeerPool::default();
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config),
+            NetworkFactory { pool: pool.clone() },
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+
+        let peer_listener = TcpListener::bind(config.raft_addr)
+            .await
+            .map_err(|source| NodeError::Listen { addr: config.raft_addr, source })?;
+        let node = Arc::new(Self {
+            config,
+            raft,
+            state,
+            stats: ServerStats::default(),
+            pool,
+            deadlines: Mutex::new(HashMap::new()),
+            heard_from: Mutex::new(HashSet::new()),
+            next_connection_id: AtomicU64::new(1),
+        });
+        tokio::spawn(node.clone().serve_peers(peer_listener));
+        node.initialize_if_first().await?;
+        tokio::spawn(node.clone().expire_sessions());
+        tokio::spawn(node.clone().report_sessions());
+        Ok(node)
+    }
+
+    /// A brand-new cluster is initialized by its lowest-numbered member; the others learn the
+    /// membership from it.
+    async fn initialize_if_first(&self) -> Result<(), NodeError> {
+        let initialized = self.raft.is_initialized().await.map_err(|e| NodeError::Raft(e.to_string()))?;
+        let lowest = self.config.peers.keys().next().is_none_or(|&p| self.config.node_id < p);
+        if initialized || !lowest {
+            return Ok(());
+        }
+        let mut members: BTreeMap<NodeId, Node> =
+            self.config.peers.iter().map(|(id, addr)| (*id, Node { addr: addr.clone() })).collect();
+        members.insert(self.config.node_id, Node { addr: self.config.raft_addr.to_string() });
+        tracing::info!(?members, "initializing a new cluster");
+        self.raft.initialize(members).await.map_err(|e| NodeError::Raft(e.to_string()))
+    }
+
+    pub fn next_connection_id(&self) -> u64 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.config.node_id)
+    }
+
+    pub fn mode(&self) -> &'static str {
+        if self.config.peers.is_empty() {
+            "standalone"
+        } else if self.is_leader() {
+            "leader"
+        } else {
+            "follower"
+        }
+    }
+
+    fn leader_addr(&self) -> Option<String> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
+    }
+
+    /// Commits a command through the leader and returns its log index and result. An error
+    /// means the outcome is unknown (as a ZooKeeper ConnectionLoss): the command may or may not
+    /// have been applied.
+    pub async fn write(&self, command: Command) -> Result<(u64, CommandResult), ForwardError> {
+        let started = Instant::now();
+        loop {
+            match self.raft.client_write(command.clone()).await {
+                Ok(r) => return Ok((r.log_id.index, r.data)),
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                    if let Some(node) = f.leader_node {
+                        match self.pool.call(&node.addr, &PeerRequest::Write(command.clone()), PEER_TIMEOUT).await {
+                            Ok(PeerResponse::Write(Ok(r))) => return Ok(r),
+                            Ok(PeerResponse::Write(Err(ForwardError::NotLeader { .. }))) => {}
+                            Ok(PeerResponse::Write(Err(e))) => return Err(e),
+                            Ok(other) => return Err(ForwardError::Failed(format!("unexpected answer {other:?}"))),
+                            // Refused: the request never left, so trying again cannot apply it twice.
+                            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                            Err(e) => return Err(ForwardError::Failed(e.to_string())),
+                        }
+                    }
+                }
+                Err(e) => return Err(ForwardError::Failed(e.to_string())),
+            }
+            if started.elapsed() > LEADER_WAIT {
+                return Err(ForwardError::Failed("no leader".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The log index a linearizable read must wait for: the leader's commit index, confirmed by
+    /// a quorum. This is what `sync` waits on.
+    pub async fn read_index(&self) -> Result<u64, ForwardError> {
+        let started = Instant::now();
+        loop {
+            match self.raft.get_read_log_id().await {
+                Ok((read, _applied)) => return Ok(read.map_or(0, |l| l.index)),
+                Err(RaftError::APIError(_)) => {
+                    if let Some(addr) = self.leader_addr() {
+                        match self.pool.call(&addr, &PeerRequest::ReadIndex, PEER_TIMEOUT).await {
+                            Ok(PeerResponse::ReadIndex(Ok(i))) => return Ok(i),
+                            Ok(PeerResponse::ReadIndex(Err(ForwardError::NotLeader { .. }))) | Err(_) => {}
+                            Ok(PeerResponse::ReadIndex(Err(e))) => return Err(e),
+                            Ok(other) => return Err(ForwardError::Failed(format!("unexpected answer {other:?}"))),
+                        }
+                    }
+                }
+                Err(e) => return Err(ForwardError::Failed(e.to_string())),
+            }
+            if started.elapsed() > LEADER_WAIT {
+                return Err(ForwardError::Failed("no leader".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A session sent something: it stays alive for another timeout.
+    pub fn touch(&self, session_id: i64) {
+        if self.is_leader() {
+            self.extend_deadline(session_id);
+        } else if let Ok(mut heard) = self.heard_from.lock() {
+            heard.insert(session_id);
+        }
+    }
+
+    fn extend_deadline(&self, session_id: i64) {
+        let timeout = self.state.lock().tree.session(session_id).map(|s| s.timeout_ms);
+        if let (Some(timeout), Ok(mut deadlines)) = (timeout, self.deadlines.lock()) {
+            deadlines.insert(session_id, Instant::now() + Duration::from_millis(timeout as u64));
+        }
+    }
+
+    /// Leader only: closes the sessions whose deadline passed. A new leader starts every
+    /// session's clock afresh, as ZooKeeper does, so a failover never expires a live session.
+    async fn expire_sessions(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            if !self.is_leader() {
+                if let Ok(mut d) = self.deadlines.lock() {
+                    d.clear();
+                }
+                continue;
+            }
+            let now = Instant::now();
+            let expired: Vec<i64> = {
+                let inner = self.state.lock();
+                let Ok(mut deadlines) = self.deadlines.lock() else { continue };
+                deadlines.retain(|id, _| inner.tree.session(*id).is_some());
+                for (id, info) in inner.tree.sessions() {
+                    deadlines.entry(*id).or_insert_with(|| now + Duration::from_millis(info.timeout_ms as u64));
+                }
+                let expired: Vec<i64> = deadlines.iter().filter(|(_, d)| **d <= now).map(|(id, _)| *id).collect();
+                for id in &expired {
+                    deadlines.remove(id);
+                }
+                expired
+            };
+            for session_id in expired {
+                tracing::info!(session = format_args!("0x{session_id:x}"), "session expired");
+                metrics::counter!("coordinator_sessions_expired_total").increment(1);
+                let node = self.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = node.write(Command::CloseSession { session_id }).await {
+                        tracing::warn!(session = format_args!("0x{session_id:x}"), error = %e, "could not close an expired session");
+                    }
+                });
+            }
+        }
+    }
+
+    /// Followers tell the leader which sessions they heard from, often enough that the shortest
+    /// session timeout (two ticks) never runs out between reports.
+    async fn report_sessions(self: Arc<Self>) {
+        let period = Duration::from_millis((self.config.tick_ms / 4).max(50) as u64);
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            let heard: Vec<i64> = match self.heard_from.lock() {
+                Ok(mut h) => h.drain().collect(),
+                Err(_) => continue,
+            };
+            if heard.is_empty() {
+                continue;
+            }
+            if self.is_leader() {
+                heard.into_iter().for_each(|s| self.extend_deadline(s));
+            } else if let Some(addr) = self.leader_addr() {
+                if let Err(e) = self.pool.call(&addr, &PeerRequest::TouchSessions(heard.clone()), PEER_TIMEOUT).await {
+                    tracing::debug!(error = %e, "session report to the leader failed; keeping it for the next one");
+                    if let Ok(mut h) = self.heard_from.lock() {
+                        h.extend(heard);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn serve_peers(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(self.clone().serve_peer(stream));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a peer connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    async fn serve_peer(self: Arc<Self>, mut stream: TcpStream) {
+        loop {
+            let request: PeerRequest = match read_frame(&mut stream).await {
+                Ok(r) => r,
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::UnexpectedEof {
+                        tracing::warn!(error = %e, "closing a peer connection");
+                    }
+                    return;
+                }
+            };
+            let response = self.answer_peer(request).await;
+            if write_frame(&mut stream, &response).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn answer_peer(&self, request: PeerRequest) -> PeerResponse {
+        match request {
+            PeerRequest::AppendEntries(rpc) => PeerResponse::AppendEntries(self.raft.append_entries(rpc).await),
+            PeerRequest::Vote(rpc) => PeerResponse::Vote(self.raft.vote(rpc).await),
+            PeerRequest::Snapshot { vote, meta, data } => {
+                let snapshot = Snapshot { meta, snapshot: Box::new(data) };
+                PeerResponse::Snapshot(self.raft.install_full_snapshot(vote, snapshot).await.map_err(|e| e.to_string()))
+            }
+            PeerRequest::Write(command) => PeerResponse::Write(match self.raft.client_write(command).await {
+                Ok(r) => Ok((r.log_id.index, r.data)),
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                    Err(ForwardError::NotLeader { leader: f.leader_id })
+                }
+                Err(e) => Err(ForwardError::Failed(e.to_string())),
+            }),
+            PeerRequest::ReadIndex => PeerResponse::ReadIndex(match self.raft.get_read_log_id().await {
+                Ok((read, _)) => Ok(read.map_or(0, |l| l.index)),
+                Err(RaftError::APIError(_)) => Err(ForwardError::NotLeader { leader: None }),
+                Err(e) => Err(ForwardError::Failed(e.to_string())),
+            }),
+            PeerRequest::TouchSessions(sessions) => {
+                if self.is_leader() {
+                    sessions.into_iter().for_each(|s| self.extend_deadline(s));
+                }
+                PeerResponse::Touched
+            }
+        }
+    }
+}
+
+/// Serves every `metrics` counter, gauge and histogram of the process for Prometheus.
+pub fn install_metrics_exporter(addr: SocketAddr) -> Result<(), metrics_exporter_prometheus::BuildError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr).install()
+}

@@ -1,0 +1,488 @@
+//! One client connection: the handshake (new session or resumed one), then requests in the
+//! order they arrive. Reads are answered from this node's tree; writes go through Raft and are
+//! answered once this node has applied them, so a client always reads its own writes. Replies
+//! and watch events leave through the session's outbox, in tree order.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::RngCore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Notify};
+
+use super::{four_letter, reply};
+use crate::node::Coordinator;
+use crate::proto::codes::{op, xid, AddWatchMode, ErrorCode, EventType};
+use crate::proto::jute::JuteReader;
+use crate::proto::records::{
+    encode_connect_response, encode_watch_event, Acl, ConnectRequest, MultiOp, Request, WatchSet,
+};
+use crate::proto::{ProtoError, MAX_FRAME_BYTES};
+use crate::state::{Outbox, StateInner};
+use crate::tree::command::{Command, CommandResult, TreeOp};
+use crate::tree::path;
+use crate::watch::WatchKind;
+
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("frame of {0} bytes is over the {MAX_FRAME_BYTES}-byte limit")]
+    FrameTooLarge(usize),
+    #[error("malformed {what}: {source}")]
+    Malformed { what: &'static str, source: ProtoError },
+    #[error("session could not be created: {0}")]
+    SessionCreate(String),
+    #[error("client has seen zxid 0x{seen:x}, newer than this node's 0x{ours:x}")]
+    Behind { seen: i64, ours: i64 },
+}
+
+pub async fn run(node: Arc<Coordinator>, stream: TcpStream, peer: SocketAddr) {
+    node.stats.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    metrics::gauge!("coordinator_connections").increment(1.0);
+    let result = serve(&node, stream).await;
+    node.stats.connections.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    metrics::gauge!("coordinator_connections").decrement(1.0);
+    match result {
+        Ok(()) => tracing::debug!(%peer, "connection closed"),
+        Err(ConnectionError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            tracing::debug!(%peer, "client went away")
+        }
+        Err(e) => tracing::warn!(%peer, error = %e, "closing client connection"),
+    }
+}
+
+async fn read_len(stream: &mut tokio::net::tcp::OwnedReadHalf) -> Result<usize, ConnectionError> {
+    let len = stream.read_u32().await? as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(ConnectionError::FrameTooLarge(len));
+    }
+    Ok(len)
+}
+
+async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream) -> Result<(), ConnectionError> {
+    let mut first = [0u8; 4];
+    stream.read_exact(&mut first).await?;
+    if let Some(answer) = four_letter::answer(node, &first) {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await?;
+        return Ok(());
+    }
+    let len = u32::from_be_bytes(first) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(ConnectionError::FrameTooLarge(len));
+    }
+    let mut payload = vec![0; len];
+    stream.read_exact(&mut payload).await?;
+    let connect = ConnectRequest::decode(&payload)
+        .map_err(|source| ConnectionError::Malformed { what: "connect request", source })?;
+
+    let (mut reader, writer) = stream.into_split();
+    let (frames, rx) = mpsc::unbounded_channel();
+    let writer_task = tokio::spawn(write_frames(writer, rx));
+    let session = match establish(node, &connect, &frames).await {
+        Ok(Some(session)) => session,
+        Ok(None) => {
+            // Expired or unknown session: ZooKeeper answers with a zero timeout and closes.
+            let _ = frames.send(encode_connect_response(0, 0, &[0; 16], connect.read_only));
+            drop(frames);
+            let _ = writer_task.await;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let result = session.requests(node, &mut reader).await;
+    session.detach(node);
+    drop(session);
+    let _ = writer_task.await;
+    result
+}
+
+async fn write_frames(writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut out = BufWriter::new(writer);
+    while let Some(frame) = rx.recv().await {
+        if out.write_all(&frame).await.is_err() {
+            return;
+        }
+        while let Ok(more) = rx.try_recv() {
+            if out.write_all(&more).await.is_err() {
+                return;
+            }
+        }
+        if out.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = out.shutdown().await;
+}
+
+struct Session {
+    id: i64,
+    timeout: Duration,
+    connection_id: u64,
+    frames: mpsc::UnboundedSender<Vec<u8>>,
+    closed: Arc<Notify>,
+}
+
+/// Creates or resumes the session, registers its outbox on this node and sends the connect
+/// response. `None` means the session the client asked for no longer exists.
+async fn establish(
+    node: &Arc<Coordinator>,
+    connect: &ConnectRequest,
+    frames: &mpsc::UnboundedSender<Vec<u8>>,
+) -> Result<Option<Session>, ConnectionError> {
+    let cfg = &node.config;
+    let (session_id, timeout_ms, password) = if connect.session_id == 0 {
+        let timeout_ms = connect.timeout_ms.clamp(cfg.min_session_timeout_ms(), cfg.max_session_timeout_ms());
+        let mut password = vec![0u8; 16];
+        rand::thread_rng().fill_bytes(&mut password);
+        // The node id in the top byte, as ZooKeeper does, keeps ids from two nodes apart.
+        let session_id =
+            ((cfg.node_id as i64 & 0x7f) << 56) | (rand::thread_rng().next_u64() as i64 & 0x00ff_ffff_ffff_ffff);
+        let command = Command::CreateSession { session_id, timeout_ms, password: password.clone() };
+        let (index, _) = node.write(command).await.map_err(|e| ConnectionError::SessionCreate(e.to_string()))?;
+        node.state.wait_applied(index).await;
+        metrics::counter!("coordinator_sessions_created_total").increment(1);
+        (session_id, timeout_ms, password)
+    } else {
+        // A client that saw a newer state than ours must not read older data here.
+        if connect.last_zxid_seen > node.state.applied_index() as i64 {
+            let waited =
+                tokio::time::timeout(Duration::from_secs(2), node.state.wait_applied(connect.last_zxid_seen as u64))
+                    .await;
+            if waited.is_err() {
+                return Err(ConnectionError::Behind {
+                    seen: connect.last_zxid_seen,
+                    ours: node.state.applied_index() as i64,
+                });
+            }
+        }
+        let known = node.state.lock().tree.session(connect.session_id).cloned();
+        match known {
+            Some(s) if s.password == connect.password => (connect.session_id, s.timeout_ms, s.password),
+            _ => return Ok(None),
+        }
+    };
+    let session = Session {
+        id: session_id,
+        timeout: Duration::from_millis(timeout_ms as u64),
+        connection_id: node.next_connection_id(),
+        frames: frames.clone(),
+        closed: Arc::new(Notify::new()),
+    };
+    {
+        let mut inner = node.state.lock();
+        if inner.tree.session(session_id).is_none() {
+            return Ok(None);
+        }
+        let outbox =
+            Outbox { connection_id: session.connection_id, frames: frames.clone(), closed: session.closed.clone() };
+        if let Some(previous) = inner.outboxes.insert(session_id, outbox) {
+            // The client moved to a new connection: the old one ends.
+            previous.closed.notify_one();
+        }
+        let _ = frames.send(encode_connect_response(timeout_ms, session_id, &password, connect.read_only));
+    }
+    node.touch(session_id);
+    tracing::debug!(session = format_args!("0x{session_id:x}"), timeout_ms, "session connected");
+    Ok(Some(session))
+}
+
+impl Session {
+    fn detach(&self, node: &Coordinator) {
+        let mut inner = node.state.lock();
+        if inner.outboxes.get(&self.id).is_some_and(|o| o.connection_id == self.connection_id) {
+            inner.outboxes.remove(&self.id);
+            // Watches belong to the session, but events for it can only be delivered on a
+            // connection: the client sets them again (setWatches) when it reconnects.
+            inner.watches.remove_session(self.id);
+        }
+    }
+
+    async fn requests(
+        &self,
+        node: &Arc<Coordinator>,
+        reader: &mut tokio::net::tcp::OwnedReadHalf,
+    ) -> Result<(), ConnectionError> {
+        loop {
+            let len = tokio::select! {
+                len = tokio::time::timeout(self.timeout, read_len(reader)) => match len {
+                    Ok(len) => len?,
+                    // Nothing for a whole session timeout: ZooKeeper drops such a connection.
+                    Err(_) => return Ok(()),
+                },
+                _ = self.closed.notified() => return Ok(()),
+            };
+            let mut payload = vec![0; len];
+            reader.read_exact(&mut payload).await?;
+            node.stats.received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            node.touch(self.id);
+            let mut r = JuteReader::new(&payload);
+            let header = (|| Ok::<_, ProtoError>((r.i32()?, r.i32()?)))()
+                .map_err(|source| ConnectionError::Malformed { what: "request header", source })?;
+            let (xid, op_code) = header;
+            let request = Request::decode(op_code, &mut r)
+                .map_err(|source| ConnectionError::Malformed { what: op::name(op_code), source })?;
+            let started = Instant::now();
+            let close = matches!(request, Request::CloseSession);
+            self.handle(node, xid, op_code, request).await?;
+            node.stats.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            node.stats.record_latency(started.elapsed());
+            metrics::counter!("coordinator_requests_total", "op" => op::name(op_code)).increment(1);
+            metrics::histogram!("coordinator_request_seconds", "op" => op::name(op_code))
+                .record(started.elapsed().as_secs_f64());
+            if close {
+                return Ok(());
+            }
+        }
+    }
+
+    fn send(&self, frame: Vec<u8>) {
+        let _ = self.frames.send(frame);
+    }
+
+    async fn handle(
+        &self,
+        node: &Arc<Coordinator>,
+        xid: i32,
+        op_code: i32,
+        request: Request,
+    ) -> Result<(), ConnectionError> {
+        if request.is_write() {
+            return self.write(node, xid, op_code, request).await;
+        }
+        match request {
+            Request::Ping => {
+                let zxid = node.state.lock().tree.last_zxid();
+                self.send(reply::empty(xid::PING, zxid));
+            }
+            Request::Sync { path: p } => match node.read_index().await {
+                Ok(index) => {
+                    node.state.wait_applied(index).await;
+                    let zxid = node.state.lock().tree.last_zxid();
+                    let mut w = reply::header(xid, zxid, ErrorCode::Ok);
+                    w.string(&p);
+                    self.send(w.finish());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "sync found no leader; dropping the connection");
+                    self.closed.notify_one();
+                    return Ok(());
+                }
+            },
+            Request::Auth => self.send(reply::empty(xid::AUTH, node.state.lock().tree.last_zxid())),
+            Request::Unsupported(code) => {
+                tracing::debug!(op = code, "unimplemented operation");
+                self.send(reply::error(xid, node.state.lock().tree.last_zxid(), ErrorCode::Unimplemented));
+            }
+            read => {
+                let mut inner = node.state.lock();
+                let frame = self.read(&mut inner, xid, read);
+                // Sent under the lock: no event of a later change can overtake this reply.
+                let _ = self.frames.send(frame);
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers a read from this node's tree and registers the watch it asks for.
+    fn read(&self, inner: &mut StateInner, xid: i32, request: Request) -> Vec<u8> {
+        let zxid = inner.tree.last_zxid();
+        let checked = |p: &str| path::validate(p, false).map(|_| ());
+        match request {
+            Request::Exists { path: p, watch } => {
+                if let Err(code) = checked(&p) {
+                    return reply::error(xid, zxid, code);
+                }
+                if watch {
+                    inner.watches.add(self.id, WatchKind::Data, &p);
+                }
+                match inner.tree.node(&p) {
+                    Some(n) => reply::stat(xid, zxid, &n.stat()),
+                    None => reply::error(xid, zxid, ErrorCode::NoNode),
+                }
+            }
+            Request::GetData { path: p, watch } => {
+                if let Err(code) = checked(&p) {
+                    return reply::error(xid, zxid, code);
+                }
+                let Some(n) = inner.tree.node(&p) else { return reply::error(xid, zxid, ErrorCode::NoNode) };
+                let mut w = reply::header(xid, zxid, ErrorCode::Ok);
+                w.buffer(&n.data);
+                n.stat().write(&mut w);
+                if watch {
+                    inner.watches.add(self.id, WatchKind::Data, &p);
+                }
+                w.finish()
+            }
+            Request::GetChildren { path: p, watch, with_stat } => {
+                if let Err(code) = checked(&p) {
+                    return reply::error(xid, zxid, code);
+                }
+                let Some(n) = inner.tree.node(&p) else { return reply::error(xid, zxid, ErrorCode::NoNode) };
+                let mut w = reply::header(xid, zxid, ErrorCode::Ok);
+                let children: Vec<&String> = n.children.iter().collect();
+                w.strings(&children);
+                if with_stat {
+                    n.stat().write(&mut w);
+                }
+                if watch {
+                    inner.watches.add(self.id, WatchKind::Child, &p);
+                }
+                w.finish()
+            }
+            Request::GetAcl { path: p } => {
+                let Some(n) = inner.tree.node(&p) else { return reply::error(xid, zxid, ErrorCode::NoNode) };
+                let mut w = reply::header(xid, zxid, ErrorCode::Ok);
+                Acl::write_all(&n.acl, &mut w);
+                n.stat().write(&mut w);
+                w.finish()
+            }
+            Request::GetAllChildrenNumber { path: p } => {
+                if inner.tree.node(&p).is_none() {
+                    return reply::error(xid, zxid, ErrorCode::NoNode);
+                }
+                let below =
+                    inner.tree.dump().iter().filter(|(q, _)| q.as_str() != p && path::is_at_or_below(q, &p)).count();
+                let mut w = reply::header(xid, zxid, ErrorCode::Ok);
+                w.i32(below as i32);
+                w.finish()
+            }
+            Request::GetEphemerals { prefix } => {
+                let mine: Vec<&String> = inner.tree.ephemerals_of(self.id).filter(|p| p.starts_with(&prefix)).collect();
+                let mut w = reply::header(xid, zxid, ErrorCode::Ok);
+                w.strings(&mine);
+                w.finish()
+            }
+            Request::SetWatches(set) => {
+                self.set_watches(inner, zxid, set);
+                reply::empty(xid, zxid)
+            }
+            Request::AddWatch { path: p, mode } => {
+                if let Err(code) = checked(&p) {
+                    return reply::error(xid, zxid, code);
+                }
+                let kind = match mode {
+                    AddWatchMode::Persistent => WatchKind::Persistent,
+                    AddWatchMode::PersistentRecursive => WatchKind::PersistentRecursive,
+                };
+                inner.watches.add(self.id, kind, &p);
+                reply::empty(xid, zxid)
+            }
+            Request::RemoveWatches { path: p, watcher_type, check_only } => {
+                let kinds: &[WatchKind] = match watcher_type {
+                    1 => &[WatchKind::Child],
+                    2 => &[WatchKind::Data],
+                    _ => &[WatchKind::Child, WatchKind::Data, WatchKind::Persistent, WatchKind::PersistentRecursive],
+                };
+                let found = kinds.iter().any(|k| inner.watches.has(self.id, *k, &p));
+                if !found {
+                    return reply::error(xid, zxid, ErrorCode::NoWatcher);
+                }
+                if !check_only {
+                    for k in kinds {
+                        inner.watches.remove(self.id, *k, &p);
+                    }
+                }
+                reply::empty(xid, zxid)
+            }
+            _ => reply::error(xid, zxid, ErrorCode::Unimplemented),
+        }
+    }
+
+    /// Re-registers a reconnecting client's watches; what changed since the zxid it last saw
+    /// fires at once, as ZooKeeper's DataTree.setWatches does.
+    fn set_watches(&self, inner: &mut StateInner, zxid: i64, set: WatchSet) {
+        let mut events = Vec::new();
+        for p in set.data {
+            match inner.tree.node(&p) {
+                None => events.push((EventType::NodeDeleted, p)),
+                Some(n) if n.mzxid > set.relative_zxid => events.push((EventType::NodeDataChanged, p)),
+                Some(_) => inner.watches.add(self.id, WatchKind::Data, &p),
+            }
+        }
+        for p in set.exist {
+            match inner.tree.node(&p) {
+                Some(_) => events.push((EventType::NodeCreated, p)),
+                None => inner.watches.add(self.id, WatchKind::Data, &p),
+            }
+        }
+        for p in set.child {
+            match inner.tree.node(&p) {
+                None => events.push((EventType::NodeDeleted, p)),
+                Some(n) if n.pzxid > set.relative_zxid => events.push((EventType::NodeChildrenChanged, p)),
+                Some(_) => inner.watches.add(self.id, WatchKind::Child, &p),
+            }
+        }
+        for p in set.persistent {
+            inner.watches.add(self.id, WatchKind::Persistent, &p);
+        }
+        for p in set.persistent_recursive {
+            inner.watches.add(self.id, WatchKind::PersistentRecursive, &p);
+        }
+        for (event, p) in events {
+            self.send(encode_watch_event(zxid, event, &p));
+        }
+    }
+
+    async fn write(
+        &self,
+        node: &Arc<Coordinator>,
+        xid: i32,
+        op_code: i32,
+        request: Request,
+    ) -> Result<(), ConnectionError> {
+        let time_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let mut multi_ops = Vec::new();
+        let (multi, ops) = match request {
+            Request::CloseSession => {
+                let result = node.write(Command::CloseSession { session_id: self.id }).await;
+                let zxid = result.as_ref().map_or(0, |(i, _)| *i as i64);
+                self.send(reply::empty(xid, zxid));
+                return Ok(());
+            }
+            Request::Create { path, data, acl, flags, .. } => (false, vec![TreeOp::Create { path, data, acl, flags }]),
+            Request::Delete { path, version } => (false, vec![TreeOp::Delete { path, version }]),
+            Request::SetData { path, data, version } => (false, vec![TreeOp::SetData { path, data, version }]),
+            Request::SetAcl { path, acl, version } => (false, vec![TreeOp::SetAcl { path, acl, version }]),
+            Request::Multi(ops) => {
+                multi_ops = ops.iter().map(MultiOp::op_code).collect();
+                let ops = ops
+                    .into_iter()
+                    .map(|o| match o {
+                        MultiOp::Create { path, data, acl, flags, .. } => TreeOp::Create { path, data, acl, flags },
+                        MultiOp::Delete { path, version } => TreeOp::Delete { path, version },
+                        MultiOp::SetData { path, data, version } => TreeOp::SetData { path, data, version },
+                        MultiOp::Check { path, version } => TreeOp::Check { path, version },
+                    })
+                    .collect();
+                (true, ops)
+            }
+            _ => return Ok(()),
+        };
+        let command = Command::Ops { session_id: self.id, time_ms, multi, ops };
+        match node.write(command).await {
+            Ok((index, result)) => {
+                node.state.wait_applied(index).await;
+                if let CommandResult::Failed(code) = &result {
+                    metrics::counter!("coordinator_errors_total", "code" => format!("{code:?}")).increment(1);
+                }
+                self.send(reply::write_result(xid, index as i64, op_code, &multi_ops, &result));
+                Ok(())
+            }
+            Err(e) => {
+                // The outcome is unknown; like a ZooKeeper server that lost its leader, drop the
+                // connection so that the client sees ConnectionLoss and reconnects.
+                tracing::warn!(error = %e, op = op::name(op_code), "write failed; dropping the connection");
+                self.closed.notify_one();
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+use super::command::{Change, Command, CommandResult, OpResult, TreeOp};
+use super::*;
+
+fn create(path: &str, flags: i32) -> TreeOp {
+    TreeOp::Create { path: path.into(), data: b"d".to_vec(), acl: open_acl(), flags }
+}
+
+struct Harness {
+    tree: DataTree,
+    zxid: i64,
+    changes: Vec<Change>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let mut h = Self { tree: DataTree::new(), zxid: 0, changes: Vec::new() };
+        h.run(Command::CreateSession { session_id: 7, timeout_ms: 10_000, password: vec![1; 16] });
+        h
+    }
+
+    fn run(&mut self, command: Command) -> CommandResult {
+        self.zxid += 1;
+        self.tree.apply(self.zxid, &command, &mut self.changes)
+    }
+
+    fn op(&mut self, op: TreeOp) -> CommandResult {
+        self.run(Command::Ops { session_id: 7, time_ms: 1000, multi: false, ops: vec![op] })
+    }
+
+    fn stat(&self, path: &str) -> Stat {
+        self.tree.node(path).map(Znode::stat).unwrap_or_default()
+    }
+}
+
+#[test]
+fn fresh_tree_reports_the_stats_zookeeper_3_8_reports() {
+    let h = Harness::new();
+    assert_eq!((h.stat("/").cversion, h.stat("/").num_children), (-1, 1));
+    assert_eq!((h.stat("/zookeeper").cversion, h.stat("/zookeeper").num_children), (-2, 2));
+}
+
+#[test]
+fn sequence_numbers_count_creates_and_cversion_counts_creates_and_deletes() {
+    // The figures are what ZooKeeper 3.8 returned for the same sequence.
+    let mut h = Harness::new();
+    h.op(create("/p", 0));
+    h.op(create("/p/b", 0));
+    h.op(TreeOp::Delete { path: "/p/b".into(), version: -1 });
+    assert_eq!(h.stat("/p").cversion, 2);
+    let CommandResult::Applied(r) = h.op(create("/p/s", 2)) else { panic!("create failed") };
+    assert!(matches!(&r[0], OpResult::Created { path, .. } if path == "/p/s0000000001"));
+    assert_eq!(h.stat("/p").cversion, 3);
+    h.op(create("/p/s", 2));
+    h.op(TreeOp::Delete { path: "/p/s0000000001".into(), version: -1 });
+    assert_eq!(h.stat("/p").cversion, 5);
+    let CommandResult::Applied(r) = h.op(create("/p/s", 2)) else { panic!("create failed") };
+    assert!(matches!(&r[0], OpResult::Created { path, .. } if path == "/p/s0000000003"));
+}
+
+#[test]
+fn failed_multi_changes_nothing_and_reports_codes_per_operation() {
+    let mut h = Harness::new();
+    h.op(create("/a", 0));
+    let before = h.tree.clone();
+    h.changes.clear();
+    let result = h.run(Command::Ops {
+        session_id: 7,
+        time_ms: 5,
+        multi: true,
+        ops: vec![
+            create("/m1", 1),
+            TreeOp::SetData { path: "/a".into(), data: b"new".to_vec(), version: -1 },
+            TreeOp::Delete { path: "/a".into(), version: -1 },
+            create("/a", 0),
+            TreeOp::Check { path: "/a".into(), version: 3 },
+            create("/m2", 0),
+        ],
+    });
+    assert_eq!(
+        result,
+        CommandResult::MultiFailed(vec![
+            ErrorCode::Ok,
+            ErrorCode::Ok,
+            ErrorCode::Ok,
+            ErrorCode::Ok,
+            ErrorCode::BadVersion,
+            ErrorCode::RuntimeInconsistency
+        ])
+    );
+    let mut after = h.tree.clone();
+    after.last_zxid = before.last_zxid;
+    assert_eq!(after, before);
+    assert!(h.changes.is_empty());
+}
+
+#[test]
+fn closing_a_session_removes_its_ephemerals_and_reports_them() {
+    let mut h = Harness::new();
+    h.op(create("/e", 1));
+    assert_eq!(h.op(create("/e/c", 0)), CommandResult::Failed(ErrorCode::NoChildrenForEphemerals));
+    h.changes.clear();
+    h.run(Command::CloseSession { session_id: 7 });
+    assert!(h.tree.node("/e").is_none());
+    assert_eq!(h.changes, vec![Change::Deleted("/e".into())]);
+    assert_eq!(h.op(create("/x", 0)), CommandResult::Failed(ErrorCode::SessionExpired));
+}
+
+#[test]
+fn errors_in_zookeeper_order() {
+    let mut h = Harness::new();
+    assert_eq!(h.op(create("/x/y", 0)), CommandResult::Failed(ErrorCode::NoNode));
+    h.op(create("/a", 0));
+    h.op(create("/a/b", 0));
+    assert_eq!(h.op(TreeOp::Delete { path: "/a".into(), version: 5 }), CommandResult::Failed(ErrorCode::BadVersion));
+    assert_eq!(h.op(TreeOp::Delete { path: "/a".into(), version: 0 }), CommandResult::Failed(ErrorCode::NotEmpty));
+    assert_eq!(h.op(TreeOp::Delete { path: "/".into(), version: -1 }), CommandResult::Failed(ErrorCode::BadArguments));
+    assert_eq!(
+        h.op(TreeOp::Delete { path: "/zookeeper".into(), version: -1 }),
+        CommandResult::Failed(ErrorCode::BadArguments)
+    );
+    assert_eq!(h.op(create("/a", 0)), CommandResult::Failed(ErrorCode::NodeExists));
+}
