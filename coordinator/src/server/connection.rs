@@ -96,7 +96,9 @@ async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream) -> Result<(), Con
     };
     let result = session.requests(node, &mut reader).await;
     session.detach(node);
+    // The writer ends, and closes the socket, once every sender of the channel is gone.
     drop(session);
+    drop(frames);
     let _ = writer_task.await;
     result
 }

@@ -196,7 +196,9 @@ impl DataTree {
 
     fn close_session(&mut self, zxid: i64, session_id: i64, changes: &mut Vec<Change>) {
         self.sessions.remove(&session_id);
-        for p in self.ephemerals.remove(&session_id).unwrap_or_default() {
+        let owned: Vec<String> = self.ephemerals.remove(&session_id).unwrap_or_default().into_iter().collect();
+        let created_at = |p: &String| self.nodes.get(p).map_or(0, |n| n.czxid);
+        for p in java_hash_set_order(owned, created_at) {
             if self.nodes.remove(&p).is_some() {
                 self.unlink_child(zxid, &p, None);
                 changes.push(Change::Deleted(p));
@@ -433,6 +435,24 @@ impl DataTree {
             parent.pzxid = zxid;
         }
     }
+}
+
+/// The order in which Java's `HashSet<String>` iterates these paths: ZooKeeper deletes a closed
+/// session's ephemerals in that order, and watchers see the events in it. Buckets come from
+/// `String.hashCode` spread as `HashMap.hash` does, in a table of the capacity the set grew to;
+/// entries of one bucket stay in insertion (creation) order.
+fn java_hash_set_order(paths: Vec<String>, created_at: impl Fn(&String) -> i64) -> Vec<String> {
+    let mut capacity = 16usize;
+    while paths.len() * 4 > capacity * 3 {
+        capacity *= 2;
+    }
+    let bucket = |p: &String| {
+        let h = p.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32)) as u32;
+        ((h ^ (h >> 16)) as usize) & (capacity - 1)
+    };
+    let mut keyed: Vec<(usize, i64, String)> = paths.into_iter().map(|p| (bucket(&p), created_at(&p), p)).collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, _, p)| p).collect()
 }
 
 /// Version -1 matches any version.

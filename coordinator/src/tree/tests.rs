@@ -120,3 +120,17 @@ fn errors_in_zookeeper_order() {
     );
     assert_eq!(h.op(create("/a", 0)), CommandResult::Failed(ErrorCode::NodeExists));
 }
+
+#[test]
+fn java_hash_set_order_matches_java() {
+    // Java: new HashSet<>(List.of("/t/lock", "/t/q-0000000001")) iterates q- first (bucket 1
+    // before bucket 13), which is the order ZooKeeper 3.8 deleted them in.
+    let paths = vec!["/t/lock".to_string(), "/t/q-0000000001".to_string()];
+    let h = |s: &str| s.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32)) as u32;
+    let b = |s: &str| ((h(s) ^ (h(s) >> 16)) & 15) as usize;
+    let order = java_hash_set_order(paths.clone(), |_| 0);
+    let mut by_bucket = paths;
+    by_bucket.sort_by_key(|p| b(p));
+    assert_eq!(order, by_bucket);
+    assert_eq!(h("abc"), 96354);
+}
