@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{Snapshot, SnapshotPolicy};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{
@@ -21,7 +22,7 @@ use crate::raft::network::{
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{Node, NodeId, Raft};
 use crate::state::NodeState;
-use crate::tree::command::{Command, CommandResult};
+use crate::tree::command::{zxid, Command, CommandResult};
 
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -87,6 +88,8 @@ pub struct Coordinator {
     /// Sessions heard from on this node since the last report to the leader.
     heard_from: Mutex<HashSet<i64>>,
     next_connection_id: AtomicU64,
+    /// Writes waiting for the next log entry (see `commit_batches`).
+    batches: mpsc::UnboundedSender<PendingWrite>,
 }
 
 /// How long a write or a read barrier keeps looking for a leader before it gives up.
@@ -125,6 +128,7 @@ impl Coordinator {
         let peer_listener = TcpListener::bind(config.raft_addr)
             .await
             .map_err(|source| NodeError::Listen { addr: config.raft_addr, source })?;
+        let (batches, pending_writes) = mpsc::unbounded_channel();
         let node = Arc::new(Self {
             config,
             raft,
@@ -134,7 +138,9 @@ impl Coordinator {
             deadlines: Mutex::new(HashMap::new()),
             heard_from: Mutex::new(HashSet::new()),
             next_connection_id: AtomicU64::new(1),
+            batches,
         });
+        tokio::spawn(node.clone().commit_batches(pending_writes));
         tokio::spawn(node.clone().serve_peers(peer_listener));
         node.initialize_if_first().await?;
         tokio::spawn(node.clone().expire_sessions());
@@ -181,13 +187,82 @@ impl Coordinator {
         metrics.membership_config.membership().get_node(&leader).map(|n| n.addr.clone())
     }
 
-    /// Commits a command through the leader and returns its log index and result. An error
-    /// means the outcome is unknown (as a ZooKeeper ConnectionLoss): the command may or may not
-    /// have been applied.
-    pub async fn write(&self, command: Command) -> Result<(u64, CommandResult), ForwardError> {
+    /// Commits a command through the leader. An error means the outcome is unknown (as a
+    /// ZooKeeper ConnectionLoss): the command may or may not have been applied.
+    pub async fn write(&self, command: Command) -> WriteResult {
+        self.write_batch(vec![command]).await.pop().unwrap_or_else(|| Err(ForwardError::Failed("no result".into())))
+    }
+
+    /// Commits commands in their order; one result per command, in order. They join the
+    /// commands of every other connection waiting at this node in one log entry.
+    pub async fn write_batch(&self, commands: Vec<Command>) -> Vec<WriteResult> {
+        let n = commands.len();
+        let (done, result) = oneshot::channel();
+        if self.batches.send(PendingWrite { commands, n, done }).is_err() {
+            return failed_all(n, "the node is shutting down");
+        }
+        result.await.unwrap_or_else(|_| failed_all(n, "the node is shutting down"))
+    }
+
+    /// Group commit: while one log entry is being committed, the writes that arrive wait, and
+    /// then all go together in the next entry. One entry costs one append, one fsync and one
+    /// round of replication however many requests it carries, which is what lets pipelined
+    /// and concurrent clients outrun the disk.
+    async fn commit_batches(self: Arc<Self>, mut pending: mpsc::UnboundedReceiver<PendingWrite>) {
+        let mut next: Option<PendingWrite> = None;
+        loop {
+            let first = match next.take() {
+                Some(w) => w,
+                None => match pending.recv().await {
+                    Some(w) => w,
+                    None => return,
+                },
+            };
+            let mut waiting = vec![first];
+            let mut total = waiting[0].commands.len();
+            while let Ok(more) = pending.try_recv() {
+                if total + more.commands.len() > zxid::MAX_BATCH {
+                    next = Some(more);
+                    break;
+                }
+                total += more.commands.len();
+                waiting.push(more);
+            }
+            let mut commands: Vec<Command> = waiting.iter_mut().flat_map(|w| std::mem::take(&mut w.commands)).collect();
+            metrics::histogram!("coordinator_commands_per_entry").record(commands.len() as f64);
+            let command = if commands.len() == 1 { commands.remove(0) } else { Command::Batch(commands) };
+            let outcome = self.commit(command).await.map(|(index, result)| match result {
+                CommandResult::Batch(results) => results.into_iter().map(|r| (index, r)).collect(),
+                single => vec![(index, single)],
+            });
+            let mut results = match outcome {
+                Ok(results) => results
+                    .into_iter()
+                    .enumerate()
+                    .map(|(position, (index, result))| Ok(Committed { index, zxid: zxid::of(index, position), result }))
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+                Err(e) => failed_all_with(total, &e).into_iter(),
+            };
+            for w in waiting {
+                let share: Vec<WriteResult> = results.by_ref().take(w.n).collect();
+                let _ = w.done.send(share);
+            }
+        }
+    }
+
+    /// Commits one log entry through the leader, forwarding it when this node is not the
+    /// leader; it is tried again only when it certainly was not applied.
+    async fn commit(&self, command: Command) -> Result<(u64, CommandResult), ForwardError> {
         let started = Instant::now();
         loop {
-            match self.raft.client_write(command.clone()).await {
+            // A leader cut off from its quorum would wait for the commit forever; give up when the
+            // client would have given up too and let it retry elsewhere.
+            let remaining = LEADER_WAIT.saturating_sub(started.elapsed());
+            let Ok(written) = tokio::time::timeout(remaining, self.raft.client_write(command.clone())).await else {
+                return Err(ForwardError::Failed("not committed by a quorum in time".into()));
+            };
+            match written {
                 Ok(r) => return Ok((r.log_id.index, r.data)),
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                     if let Some(node) = f.leader_node {
@@ -216,7 +291,11 @@ impl Coordinator {
     pub async fn read_index(&self) -> Result<u64, ForwardError> {
         let started = Instant::now();
         loop {
-            match self.raft.get_read_log_id().await {
+            let remaining = LEADER_WAIT.saturating_sub(started.elapsed());
+            let Ok(confirmed) = tokio::time::timeout(remaining, self.raft.get_read_log_id()).await else {
+                return Err(ForwardError::Failed("leadership not confirmed by a quorum in time".into()));
+            };
+            match confirmed {
                 Ok((read, _applied)) => return Ok(read.map_or(0, |l| l.index)),
                 Err(RaftError::APIError(_)) => {
                     if let Some(addr) = self.leader_addr() {
@@ -380,6 +459,32 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// A committed command: the log entry that holds it, its own zxid, and what it did.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub index: u64,
+    pub zxid: i64,
+    pub result: CommandResult,
+}
+
+/// A committed command, or why its outcome is not known.
+pub type WriteResult = Result<Committed, ForwardError>;
+
+/// Commands of one connection waiting for the next log entry.
+struct PendingWrite {
+    commands: Vec<Command>,
+    n: usize,
+    done: oneshot::Sender<Vec<WriteResult>>,
+}
+
+fn failed_all(n: usize, why: &str) -> Vec<WriteResult> {
+    (0..n).map(|_| Err(ForwardError::Failed(why.to_string()))).collect()
+}
+
+fn failed_all_with(n: usize, error: &ForwardError) -> Vec<WriteResult> {
+    (0..n).map(|_| Err(error.clone())).collect()
 }
 
 /// Serves every `metrics` counter, gauge and histogram of the process for Prometheus.

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch, Notify};
 
 use crate::proto::records::encode_watch_event;
 use crate::raft::{Node, NodeId};
-use crate::tree::command::{Command, CommandResult};
+use crate::tree::command::{zxid, Command, CommandResult};
 use crate::tree::DataTree;
 use crate::watch::{Fired, WatchManager};
 
@@ -39,8 +39,19 @@ impl StateInner {
         }
     }
 
+    /// Applies the command of the log entry at `index`.
     pub fn apply(&mut self, index: u64, command: &Command) -> CommandResult {
-        let zxid = index as i64;
+        self.apply_at(zxid::of(index, 0), command)
+    }
+
+    fn apply_at(&mut self, zxid: i64, command: &Command) -> CommandResult {
+        if let Command::Batch(commands) = command {
+            // One by one, so that each command's watch events carry its own zxid and leave
+            // before the next command changes the tree.
+            return CommandResult::Batch(
+                commands.iter().enumerate().map(|(i, c)| self.apply_at(zxid + i as i64, c)).collect(),
+            );
+        }
         let mut changes = Vec::new();
         let result = self.tree.apply(zxid, command, &mut changes);
         if !changes.is_empty() {

@@ -43,33 +43,50 @@ def wait_until(predicate, timeout, what):
 
 
 class ZooKeeper:
-    """A standalone ZooKeeper server on a loopback port, all four-letter words enabled."""
+    """Apache ZooKeeper on loopback ports with every four-letter word enabled: one standalone
+    server, or with `size` > 1 an ensemble (`hosts` then lists all its client ports)."""
 
-    def __init__(self, workdir: Path):
-        self.port = free_port()
+    def __init__(self, workdir: Path, size=1):
         workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "data").mkdir(exist_ok=True)
-        cfg = workdir / "zoo.cfg"
-        cfg.write_text(
-            f"tickTime=2000\ndataDir={workdir / 'data'}\nclientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
-        )
-        self.log = open(workdir / "zookeeper.log", "wb")
-        self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", ZOOKEEPER_CLASSPATH,
-             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )
-        wait_until(lambda: four_letter(self.port, "ruok") == "imok", 60, "ZooKeeper")
+        self.ports = [free_port() for _ in range(size)]
+        quorum = [(free_port(), free_port()) for _ in range(size)] if size > 1 else []
+        self.procs, self.logs = [], []
+        for i, port in enumerate(self.ports, start=1):
+            data = workdir / f"server{i}"
+            data.mkdir(exist_ok=True)
+            cfg = (f"tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir={data}\nclientPort={port}\n"
+                   "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n")
+            for j, (peer, election) in enumerate(quorum, start=1):
+                cfg += f"server.{j}=127.0.0.1:{peer}:{election}\n"
+            if quorum:
+                (data / "myid").write_text(f"{i}\n")
+            (workdir / f"zoo{i}.cfg").write_text(cfg)
+            log = open(workdir / f"zookeeper{i}.log", "wb")
+            self.logs.append(log)
+            self.procs.append(subprocess.Popen(
+                ["java", "-Xmx512m", "-cp", ZOOKEEPER_CLASSPATH,
+                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(workdir / f"zoo{i}.cfg")],
+                stdout=log, stderr=subprocess.STDOUT,
+            ))
+        for port in self.ports:
+            # `srvr` names the mode only once the server serves clients (an ensemble member
+            # after it joined a quorum).
+            wait_until(lambda: "Mode:" in four_letter(port, "srvr"), 90, "ZooKeeper")
+
+    @property
+    def port(self):
+        return self.ports[0]
 
     @property
     def hosts(self):
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
 
     def stop(self):
-        self.proc.kill()
-        self.proc.wait()
-        self.log.close()
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+        for log in self.logs:
+            log.close()
 
 
 class CoordinatorNode:

@@ -4,6 +4,7 @@ import struct
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 from compat import Recorder
 from rawzk import RawClient, jstring
@@ -100,6 +101,42 @@ def test_multi_all_or_nothing(zookeeper, coordinator, prefix):
         r.call("children after", zk.get_children, prefix)
         r.call("stat after", zk.exists, prefix)
         r.call("empty multi", zk.transaction().commit)
+
+    both(zookeeper, coordinator, script)
+
+
+def test_pipelined_requests_are_answered_in_order_and_read_their_own_writes(zookeeper, coordinator, prefix):
+    """Requests sent without waiting for answers: the coordinator commits the writes of such a
+    run together, and every answer must still be what ZooKeeper, taking them one by one, gives."""
+    def script(r):
+        zk = r.clients[0]
+        r.call("create root", zk.create, prefix)
+
+        def pipelined():
+            sent = []
+            for i in range(40):
+                node = f"{prefix}/n{i % 10}"
+                sent.append(zk.create_async(node, str(i).encode()))
+                sent.append(zk.get_async(node))
+                sent.append(zk.set_async(node, b"v" * i, version=i % 3))
+                sent.append(zk.exists_async(node))
+                if i % 4 == 3:
+                    sent.append(zk.delete_async(node))
+                tx = zk.transaction()
+                tx.create(f"{prefix}/t{i}")
+                tx.check(node, 1)
+                sent.append(tx.commit_async())
+            out = []
+            for a in sent:
+                try:
+                    out.append(a.get(timeout=20))
+                except KazooException as e:
+                    out.append(e)
+            # ZooKeeper lists children in hash order; only the set is specified.
+            out.append(sorted(zk.get_children(prefix)))
+            return out
+
+        r.call("pipelined", pipelined)
 
     both(zookeeper, coordinator, script)
 

@@ -32,7 +32,7 @@ pub enum PeerRequest {
         meta: SnapshotMeta<NodeId, Node>,
         data: Vec<u8>,
     },
-    /// A client write received by a follower.
+    /// A client write (or a batch of them) received by a follower.
     Write(Command),
     /// The index a read must wait for to see every write acknowledged so far.
     ReadIndex,

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
 use super::{four_letter, reply};
-use crate::node::Coordinator;
+use crate::node::{Committed, Coordinator};
 use crate::proto::codes::{op, xid, AddWatchMode, ErrorCode, EventType};
 use crate::proto::jute::JuteReader;
 use crate::proto::records::{
@@ -22,7 +22,7 @@ use crate::proto::records::{
 };
 use crate::proto::{ProtoError, MAX_FRAME_BYTES};
 use crate::state::{Outbox, StateInner};
-use crate::tree::command::{Command, CommandResult, TreeOp};
+use crate::tree::command::{zxid, Command, CommandResult, TreeOp};
 use crate::tree::path;
 use crate::watch::WatchKind;
 
@@ -121,6 +121,32 @@ async fn write_frames(writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Ve
     let _ = out.shutdown().await;
 }
 
+/// Requests read ahead of the one being answered, at most; the reader waits beyond that.
+const MAX_PIPELINED: usize = 1024;
+
+/// A decoded request waiting for its answer.
+struct Incoming {
+    xid: i32,
+    op_code: i32,
+    request: Request,
+    received: Instant,
+}
+
+impl Incoming {
+    /// Writes are batched; CloseSession, a write too, ends the connection and goes alone.
+    fn is_batched_write(&self) -> bool {
+        self.request.is_write() && !matches!(self.request, Request::CloseSession)
+    }
+}
+
+fn record_request(node: &Coordinator, op_code: i32, received: Instant) {
+    let elapsed = received.elapsed();
+    node.stats.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    node.stats.record_latency(elapsed);
+    metrics::counter!("coordinator_requests_total", "op" => op::name(op_code)).increment(1);
+    metrics::histogram!("coordinator_request_seconds", "op" => op::name(op_code)).record(elapsed.as_secs_f64());
+}
+
 struct Session {
     id: i64,
     timeout: Duration,
@@ -145,20 +171,19 @@ async fn establish(
         let session_id =
             ((cfg.node_id as i64 & 0x7f) << 56) | (rand::thread_rng().next_u64() as i64 & 0x00ff_ffff_ffff_ffff);
         let command = Command::CreateSession { session_id, timeout_ms, password: password.clone() };
-        let (index, _) = node.write(command).await.map_err(|e| ConnectionError::SessionCreate(e.to_string()))?;
-        node.state.wait_applied(index).await;
+        let committed = node.write(command).await.map_err(|e| ConnectionError::SessionCreate(e.to_string()))?;
+        node.state.wait_applied(committed.index).await;
         metrics::counter!("coordinator_sessions_created_total").increment(1);
         (session_id, timeout_ms, password)
     } else {
         // A client that saw a newer state than ours must not read older data here.
-        if connect.last_zxid_seen > node.state.applied_index() as i64 {
-            let waited =
-                tokio::time::timeout(Duration::from_secs(2), node.state.wait_applied(connect.last_zxid_seen as u64))
-                    .await;
+        let seen_index = zxid::index(connect.last_zxid_seen);
+        if seen_index > node.state.applied_index() {
+            let waited = tokio::time::timeout(Duration::from_secs(2), node.state.wait_applied(seen_index)).await;
             if waited.is_err() {
                 return Err(ConnectionError::Behind {
                     seen: connect.last_zxid_seen,
-                    ours: node.state.applied_index() as i64,
+                    ours: node.state.lock().tree.last_zxid(),
                 });
             }
         }
@@ -204,22 +229,44 @@ impl Session {
         }
     }
 
+    /// Reads requests and answers them in order. Reading runs ahead of answering, so that
+    /// the writes a client pipelines are committed together instead of one round trip each.
     async fn requests(
         &self,
         node: &Arc<Coordinator>,
         reader: &mut tokio::net::tcp::OwnedReadHalf,
     ) -> Result<(), ConnectionError> {
+        let (tx, rx) = mpsc::channel(MAX_PIPELINED);
+        let reading = self.read_requests(node, reader, tx);
+        let answering = self.answer_requests(node, rx);
+        tokio::pin!(reading, answering);
+        let mut read_result = None;
         loop {
-            let len = tokio::select! {
-                len = tokio::time::timeout(self.timeout, read_len(reader)) => match len {
-                    Ok(len) => len?,
-                    // Nothing for a whole session timeout: ZooKeeper drops such a connection.
-                    Err(_) => return Ok(()),
-                },
-                _ = self.closed.notified() => return Ok(()),
+            tokio::select! {
+                r = &mut reading, if read_result.is_none() => read_result = Some(r),
+                // Answering ends after the reader stopped and everything it read was answered,
+                // or at a CloseSession, or when the connection is told to close.
+                r = &mut answering => return read_result.unwrap_or(Ok(())).and(r),
+                _ = self.closed.notified() => return read_result.unwrap_or(Ok(())),
+            }
+        }
+    }
+
+    async fn read_requests(
+        &self,
+        node: &Arc<Coordinator>,
+        reader: &mut tokio::net::tcp::OwnedReadHalf,
+        tx: mpsc::Sender<Incoming>,
+    ) -> Result<(), ConnectionError> {
+        loop {
+            let len = match tokio::time::timeout(self.timeout, read_len(reader)).await {
+                Ok(len) => len?,
+                // Nothing for a whole session timeout: ZooKeeper drops such a connection.
+                Err(_) => return Ok(()),
             };
             let mut payload = vec![0; len];
             reader.read_exact(&mut payload).await?;
+            let received = Instant::now();
             node.stats.received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             node.touch(self.id);
             let mut r = JuteReader::new(&payload);
@@ -228,35 +275,65 @@ impl Session {
             let (xid, op_code) = header;
             let request = Request::decode(op_code, &mut r)
                 .map_err(|source| ConnectionError::Malformed { what: op::name(op_code), source })?;
-            let started = Instant::now();
             let close = matches!(request, Request::CloseSession);
-            self.handle(node, xid, op_code, request).await?;
-            node.stats.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            node.stats.record_latency(started.elapsed());
-            metrics::counter!("coordinator_requests_total", "op" => op::name(op_code)).increment(1);
-            metrics::histogram!("coordinator_request_seconds", "op" => op::name(op_code))
-                .record(started.elapsed().as_secs_f64());
-            if close {
+            if tx.send(Incoming { xid, op_code, request, received }).await.is_err() || close {
                 return Ok(());
             }
         }
+    }
+
+    /// Takes whatever requests are waiting, and answers them in order: each run of
+    /// consecutive writes is committed as one batch, and a read runs only after the writes
+    /// before it were applied here, so the client reads its own writes.
+    async fn answer_requests(
+        &self,
+        node: &Arc<Coordinator>,
+        mut rx: mpsc::Receiver<Incoming>,
+    ) -> Result<(), ConnectionError> {
+        let mut batch = Vec::new();
+        while let Some(first) = rx.recv().await {
+            batch.push(first);
+            while batch.len() < MAX_PIPELINED {
+                match rx.try_recv() {
+                    Ok(more) => batch.push(more),
+                    Err(_) => break,
+                }
+            }
+            let mut pending = batch.drain(..).peekable();
+            while let Some(incoming) = pending.next() {
+                if incoming.is_batched_write() {
+                    let mut run = vec![incoming];
+                    while let Some(next) = pending.next_if(Incoming::is_batched_write) {
+                        run.push(next);
+                    }
+                    if !self.write_run(node, run).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                let close = matches!(incoming.request, Request::CloseSession);
+                let (op_code, received) = (incoming.op_code, incoming.received);
+                self.handle(node, incoming.xid, incoming.request).await?;
+                record_request(node, op_code, received);
+                if close {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 
     fn send(&self, frame: Vec<u8>) {
         let _ = self.frames.send(frame);
     }
 
-    async fn handle(
-        &self,
-        node: &Arc<Coordinator>,
-        xid: i32,
-        op_code: i32,
-        request: Request,
-    ) -> Result<(), ConnectionError> {
-        if request.is_write() {
-            return self.write(node, xid, op_code, request).await;
-        }
+    async fn handle(&self, node: &Arc<Coordinator>, xid: i32, request: Request) -> Result<(), ConnectionError> {
         match request {
+            Request::CloseSession => {
+                let result = node.write(Command::CloseSession { session_id: self.id }).await;
+                let zxid = result.as_ref().map_or(0, |c| c.zxid);
+                self.send(reply::empty(xid, zxid));
+            }
             Request::Ping => {
                 let zxid = node.state.lock().tree.last_zxid();
                 self.send(reply::empty(xid::PING, zxid));
@@ -430,61 +507,74 @@ impl Session {
         }
     }
 
-    async fn write(
-        &self,
-        node: &Arc<Coordinator>,
-        xid: i32,
-        op_code: i32,
-        request: Request,
-    ) -> Result<(), ConnectionError> {
+    /// The tree command a request writes, or `None` for a request that is not a batched
+    /// write (reads, and CloseSession, which ends the connection).
+    fn command_for(&self, incoming: &Incoming) -> Option<Command> {
         let time_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        let mut multi_ops = Vec::new();
-        let (multi, ops) = match request {
-            Request::CloseSession => {
-                let result = node.write(Command::CloseSession { session_id: self.id }).await;
-                let zxid = result.as_ref().map_or(0, |(i, _)| *i as i64);
-                self.send(reply::empty(xid, zxid));
-                return Ok(());
+        let (multi, ops) = match &incoming.request {
+            Request::Create { path, data, acl, flags, .. } => (
+                false,
+                vec![TreeOp::Create { path: path.clone(), data: data.clone(), acl: acl.clone(), flags: *flags }],
+            ),
+            Request::Delete { path, version } => {
+                (false, vec![TreeOp::Delete { path: path.clone(), version: *version }])
             }
-            Request::Create { path, data, acl, flags, .. } => (false, vec![TreeOp::Create { path, data, acl, flags }]),
-            Request::Delete { path, version } => (false, vec![TreeOp::Delete { path, version }]),
-            Request::SetData { path, data, version } => (false, vec![TreeOp::SetData { path, data, version }]),
-            Request::SetAcl { path, acl, version } => (false, vec![TreeOp::SetAcl { path, acl, version }]),
-            Request::Multi(ops) => {
-                multi_ops = ops.iter().map(MultiOp::op_code).collect();
-                let ops = ops
-                    .into_iter()
-                    .map(|o| match o {
+            Request::SetData { path, data, version } => {
+                (false, vec![TreeOp::SetData { path: path.clone(), data: data.clone(), version: *version }])
+            }
+            Request::SetAcl { path, acl, version } => {
+                (false, vec![TreeOp::SetAcl { path: path.clone(), acl: acl.clone(), version: *version }])
+            }
+            Request::Multi(ops) => (
+                true,
+                ops.iter()
+                    .map(|o| match o.clone() {
                         MultiOp::Create { path, data, acl, flags, .. } => TreeOp::Create { path, data, acl, flags },
                         MultiOp::Delete { path, version } => TreeOp::Delete { path, version },
                         MultiOp::SetData { path, data, version } => TreeOp::SetData { path, data, version },
                         MultiOp::Check { path, version } => TreeOp::Check { path, version },
                     })
-                    .collect();
-                (true, ops)
-            }
-            _ => return Ok(()),
+                    .collect(),
+            ),
+            _ => return None,
         };
-        let command = Command::Ops { session_id: self.id, time_ms, multi, ops };
-        match node.write(command).await {
-            Ok((index, result)) => {
-                node.state.wait_applied(index).await;
-                if let CommandResult::Failed(code) = &result {
-                    metrics::counter!("coordinator_errors_total", "code" => format!("{code:?}")).increment(1);
+        Some(Command::Ops { session_id: self.id, time_ms, multi, ops })
+    }
+
+    /// Commits a run of writes in order and answers each once this node applied it. Returns
+    /// false when the connection must end: an outcome is unknown, and, like a ZooKeeper
+    /// server that lost its leader, dropping the connection makes the client see
+    /// ConnectionLoss and reconnect.
+    async fn write_run(&self, node: &Arc<Coordinator>, run: Vec<Incoming>) -> bool {
+        let commands: Vec<Command> = run.iter().filter_map(|i| self.command_for(i)).collect();
+        let results = node.write_batch(commands).await;
+        let last_index = results.iter().filter_map(|r| r.as_ref().ok().map(|c| c.index)).max();
+        if let Some(index) = last_index {
+            node.state.wait_applied(index).await;
+        }
+        for (incoming, result) in run.iter().zip(results) {
+            match result {
+                Ok(Committed { zxid, result, .. }) => {
+                    if let CommandResult::Failed(code) = &result {
+                        metrics::counter!("coordinator_errors_total", "code" => format!("{code:?}")).increment(1);
+                    }
+                    let multi_ops: Vec<i32> = match &incoming.request {
+                        Request::Multi(ops) => ops.iter().map(MultiOp::op_code).collect(),
+                        _ => Vec::new(),
+                    };
+                    self.send(reply::write_result(incoming.xid, zxid, incoming.op_code, &multi_ops, &result));
+                    record_request(node, incoming.op_code, incoming.received);
                 }
-                self.send(reply::write_result(xid, index as i64, op_code, &multi_ops, &result));
-                Ok(())
-            }
-            Err(e) => {
-                // The outcome is unknown; like a ZooKeeper server that lost its leader, drop the
-                // connection so that the client sees ConnectionLoss and reconnects.
-                tracing::warn!(error = %e, op = op::name(op_code), "write failed; dropping the connection");
-                self.closed.notify_one();
-                Ok(())
+                Err(e) => {
+                    tracing::warn!(error = %e, op = op::name(incoming.op_code), "write failed; dropping the connection");
+                    self.closed.notify_one();
+                    return false;
+                }
             }
         }
+        true
     }
 }

@@ -54,7 +54,8 @@ pub fn write_result(xid: i32, zxid: i64, op_code: i32, multi_ops: &[i32], result
             }
             w.finish()
         }
-        CommandResult::SessionCreated | CommandResult::SessionClosed => empty(xid, zxid),
+        // A batch is split into its commands' results before anything is answered.
+        CommandResult::SessionCreated | CommandResult::SessionClosed | CommandResult::Batch(_) => empty(xid, zxid),
     }
 }
 

@@ -34,6 +34,27 @@ pub enum Command {
         multi: bool,
         ops: Vec<TreeOp>,
     },
+    /// The commands of many requests, from any sessions, committed as one log entry: one
+    /// append and one fsync carry them all. Applied in order, command `i` at zxid `base + i`.
+    Batch(Vec<Command>),
+}
+
+/// Zxids number every applied command: a log entry at Raft index `i` owns the zxids
+/// `i << BATCH_BITS ..`, one per command of its batch, so zxids grow with the log, differ
+/// between the commands of a batch, and give back the entry's index.
+pub mod zxid {
+    pub const BATCH_BITS: u32 = 12;
+    /// The most commands one log entry may carry.
+    pub const MAX_BATCH: usize = 1 << BATCH_BITS;
+
+    pub fn of(index: u64, position: usize) -> i64 {
+        ((index << BATCH_BITS) | position as u64) as i64
+    }
+
+    /// The Raft index of the entry that holds `zxid`.
+    pub fn index(zxid: i64) -> u64 {
+        zxid.max(0) as u64 >> BATCH_BITS
+    }
 }
 
 /// The result of one successful operation.
@@ -57,6 +78,8 @@ pub enum CommandResult {
     /// A multi request failed: one code per operation, ZooKeeper style (Ok before the failing
     /// operation, its code, RuntimeInconsistency after it).
     MultiFailed(Vec<ErrorCode>),
+    /// One result per command of a [`Command::Batch`].
+    Batch(Vec<CommandResult>),
 }
 
 /// A change to the tree that watches may be waiting for.

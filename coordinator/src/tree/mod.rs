@@ -158,11 +158,14 @@ impl DataTree {
         all
     }
 
-    /// Applies one committed command at `zxid` (its Raft log index) and reports the changes that
-    /// watches may wait for.
+    /// Applies one committed command at `zxid` (see [`command::zxid`]) and reports the changes
+    /// that watches may wait for.
     pub fn apply(&mut self, zxid: i64, command: &Command, changes: &mut Vec<Change>) -> CommandResult {
         self.last_zxid = self.last_zxid.max(zxid);
         match command {
+            Command::Batch(commands) => CommandResult::Batch(
+                commands.iter().enumerate().map(|(i, c)| self.apply(zxid + i as i64, c, changes)).collect(),
+            ),
             Command::CreateSession { session_id, timeout_ms, password } => {
                 self.sessions
                     .entry(*session_id)

@@ -1,0 +1,125 @@
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+use crate::{KeeperError, Txn};
+
+/// What kind of znode to create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    Persistent,
+    PersistentSequential,
+    /// Removed when the session that created it ends.
+    Ephemeral,
+    EphemeralSequential,
+}
+
+impl NodeKind {
+    pub(crate) fn options(self) -> zk::CreateOptions<'static> {
+        let mode = match self {
+            NodeKind::Persistent => zk::CreateMode::Persistent,
+            NodeKind::PersistentSequential => zk::CreateMode::PersistentSequential,
+            NodeKind::Ephemeral => zk::CreateMode::Ephemeral,
+            NodeKind::EphemeralSequential => zk::CreateMode::EphemeralSequential,
+        };
+        mode.with_acls(zk::Acls::anyone_all())
+    }
+}
+
+/// A node's data with the version a compare-and-set must name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versioned {
+    pub data: Vec<u8>,
+    pub version: i32,
+    pub stat: zk::Stat,
+}
+
+/// One session with the coordinator. Clones share the session; requests are sent in the order
+/// the methods are called.
+#[derive(Clone, Debug)]
+pub struct Keeper {
+    client: zk::Client,
+}
+
+impl Keeper {
+    /// Connects to any of `hosts` (`host:port,host:port`), moving to another one on failure
+    /// while the session lasts.
+    pub async fn connect(hosts: &str, session_timeout: Duration) -> Result<Self, KeeperError> {
+        let client = zk::Client::connector()
+            .with_session_timeout(session_timeout)
+            .connect(hosts)
+            .await
+            .map_err(|source| KeeperError::Connect { hosts: hosts.to_string(), source })?;
+        Ok(Keeper { client })
+    }
+
+    pub fn raw(&self) -> &zk::Client {
+        &self.client
+    }
+
+    pub fn session_id(&self) -> i64 {
+        self.client.session_id().0
+    }
+
+    /// Creates `path` and its missing ancestors as empty persistent nodes; present ones are fine.
+    pub async fn ensure_path(&self, path: &str) -> Result<(), KeeperError> {
+        self.client.mkdir(path, &NodeKind::Persistent.options()).await.map_err(KeeperError::op("mkdir", path))
+    }
+
+    /// Creates a node and returns its path (with the sequence suffix for sequential kinds).
+    pub async fn create(&self, path: &str, data: &[u8], kind: NodeKind) -> Result<String, KeeperError> {
+        let (_, sequence) =
+            self.client.create(path, data, &kind.options()).await.map_err(KeeperError::op("create", path))?;
+        Ok(match kind {
+            NodeKind::PersistentSequential | NodeKind::EphemeralSequential => format!("{path}{sequence}"),
+            NodeKind::Persistent | NodeKind::Ephemeral => path.to_string(),
+        })
+    }
+
+    /// The node's data and version, or `None` if there is no such node.
+    pub async fn get(&self, path: &str) -> Result<Option<Versioned>, KeeperError> {
+        match self.client.get_data(path).await {
+            Ok((data, stat)) => Ok(Some(Versioned { data, version: stat.version, stat })),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(source) => Err(KeeperError::Op { op: "get", path: path.to_string(), source }),
+        }
+    }
+
+    pub(crate) async fn get_owned(&self, path: String) -> Result<Option<Versioned>, KeeperError> {
+        self.get(&path).await
+    }
+
+    /// Compare-and-set: writes only if the node is still at `expected_version` (any version
+    /// with `None`), and returns the new version.
+    pub async fn set(&self, path: &str, data: &[u8], expected_version: Option<i32>) -> Result<i32, KeeperError> {
+        let stat = self.client.set_data(path, data, expected_version).await.map_err(KeeperError::op("set", path))?;
+        Ok(stat.version)
+    }
+
+    pub async fn delete(&self, path: &str, expected_version: Option<i32>) -> Result<(), KeeperError> {
+        self.client.delete(path, expected_version).await.map_err(KeeperError::op("delete", path))
+    }
+
+    pub async fn children(&self, path: &str) -> Result<Vec<String>, KeeperError> {
+        self.client.list_children(path).await.map_err(KeeperError::op("list", path))
+    }
+
+    /// Waits until this session's server has applied every write acknowledged to anyone before
+    /// the call: the next read is linearizable.
+    pub async fn sync(&self, path: &str) -> Result<(), KeeperError> {
+        self.client.sync(path).await.map_err(KeeperError::op("sync", path))
+    }
+
+    /// Waits for the next creation, deletion or data change of `path` (it need not exist yet).
+    /// `current` is what the node was when the watch was set, so no change is missed between
+    /// a read and the wait.
+    pub async fn wait_for_change(&self, path: &str) -> Result<(Option<zk::Stat>, zk::WatchedEvent), KeeperError> {
+        let (stat, watcher) = self.client.check_and_watch_stat(path).await.map_err(KeeperError::op("watch", path))?;
+        Ok((stat, watcher.changed().await))
+    }
+
+    /// Starts an all-or-nothing transaction.
+    pub fn txn(&self) -> Txn<'_> {
+        Txn::new(self)
+    }
+}
