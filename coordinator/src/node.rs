@@ -145,6 +145,7 @@ impl Coordinator {
         node.initialize_if_first().await?;
         tokio::spawn(node.clone().expire_sessions());
         tokio::spawn(node.clone().report_sessions());
+        tokio::spawn(node.clone().publish_gauges());
         Ok(node)
     }
 
@@ -368,6 +369,37 @@ impl Coordinator {
                     }
                 });
             }
+        }
+    }
+
+    /// Keeps the Prometheus gauges of the tree and of Raft current (counters and latency
+    /// histograms are recorded where the requests are served).
+    async fn publish_gauges(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let m = self.raft.metrics().borrow().clone();
+            metrics::gauge!("coordinator_raft_term").set(m.current_term as f64);
+            metrics::gauge!("coordinator_raft_is_leader").set(if self.is_leader() { 1.0 } else { 0.0 });
+            metrics::gauge!("coordinator_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
+            metrics::gauge!("coordinator_raft_applied_index").set(m.last_applied.map_or(0, |l| l.index) as f64);
+            metrics::gauge!("coordinator_raft_snapshot_index").set(m.snapshot.map_or(0, |l| l.index) as f64);
+            if let Some(replication) = &m.replication {
+                // The leader's commit index: the highest entry a majority of the voters hold.
+                let mut matched: Vec<u64> = replication.values().map(|l| l.map_or(0, |l| l.index)).collect();
+                if !replication.contains_key(&self.config.node_id) {
+                    matched.push(m.last_log_index.unwrap_or(0));
+                }
+                matched.sort_unstable_by(|a, b| b.cmp(a));
+                if let Some(committed) = matched.get(matched.len() / 2) {
+                    metrics::gauge!("coordinator_raft_committed_index").set(*committed as f64);
+                }
+            }
+            let inner = self.state.lock();
+            metrics::gauge!("coordinator_znodes").set(inner.tree.node_count() as f64);
+            metrics::gauge!("coordinator_ephemerals").set(inner.tree.ephemeral_count() as f64);
+            metrics::gauge!("coordinator_sessions").set(inner.tree.sessions().count() as f64);
+            metrics::gauge!("coordinator_watches").set(inner.watches.count() as f64);
         }
     }
 

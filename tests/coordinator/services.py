@@ -92,13 +92,15 @@ class ZooKeeper:
 class CoordinatorNode:
     """One `coordinator serve` process; it can be SIGKILLed and started again on its data."""
 
-    def __init__(self, node_id, data_dir: Path, client_port=None, raft_port=None, tick_ms=2000, snapshot_every=None):
+    def __init__(self, node_id, data_dir: Path, client_port=None, raft_port=None, tick_ms=2000, snapshot_every=None,
+                 metrics_port=None):
         self.node_id = node_id
         self.data_dir = data_dir
         self.client_port = client_port or free_port()
         self.raft_port = raft_port or free_port()
         self.tick_ms = tick_ms
         self.snapshot_every = snapshot_every
+        self.metrics_port = metrics_port
         self.peers = {}
         self.proc = None
 
@@ -116,6 +118,8 @@ class CoordinatorNode:
                 "--data-dir", str(self.data_dir), "--tick-ms", str(self.tick_ms)]
         if self.snapshot_every:
             args += ["--snapshot-every", str(self.snapshot_every)]
+        if self.metrics_port:
+            args += ["--metrics-addr", f"127.0.0.1:{self.metrics_port}"]
         for peer_id, addr in sorted(self.peers.items()):
             args += ["--peer", f"{peer_id}={addr}"]
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,8 @@ enum ConnectionError {
     Malformed { what: &'static str, source: ProtoError },
     #[error("session could not be created: {0}")]
     SessionCreate(String),
+    #[error("{0}; dropping the connection so that the client reconnects elsewhere")]
+    NoLeader(String),
     #[error("client has seen zxid 0x{seen:x}, newer than this node's 0x{ours:x}")]
     Behind { seen: i64, ours: i64 },
 }
@@ -244,10 +246,10 @@ impl Session {
         loop {
             tokio::select! {
                 r = &mut reading, if read_result.is_none() => read_result = Some(r),
-                // Answering ends after the reader stopped and everything it read was answered,
-                // or at a CloseSession, or when the connection is told to close.
+                // Answering ends once the reader stopped (the client went away, or the
+                // connection was told to close) and what it read was answered, or at a
+                // CloseSession, or when a write's outcome is unknown.
                 r = &mut answering => return read_result.unwrap_or(Ok(())).and(r),
-                _ = self.closed.notified() => return read_result.unwrap_or(Ok(())),
             }
         }
     }
@@ -259,10 +261,14 @@ impl Session {
         tx: mpsc::Sender<Incoming>,
     ) -> Result<(), ConnectionError> {
         loop {
-            let len = match tokio::time::timeout(self.timeout, read_len(reader)).await {
-                Ok(len) => len?,
-                // Nothing for a whole session timeout: ZooKeeper drops such a connection.
-                Err(_) => return Ok(()),
+            let len = tokio::select! {
+                len = tokio::time::timeout(self.timeout, read_len(reader)) => match len {
+                    Ok(len) => len?,
+                    // Nothing for a whole session timeout: ZooKeeper drops such a connection.
+                    Err(_) => return Ok(()),
+                },
+                // The session expired, or moved to another connection.
+                _ = self.closed.notified() => return Ok(()),
             };
             let mut payload = vec![0; len];
             reader.read_exact(&mut payload).await?;
@@ -346,11 +352,7 @@ impl Session {
                     w.string(&p);
                     self.send(w.finish());
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "sync found no leader; dropping the connection");
-                    self.closed.notify_one();
-                    return Ok(());
-                }
+                Err(e) => return Err(ConnectionError::NoLeader(format!("sync: {e}"))),
             },
             Request::Auth => self.send(reply::empty(xid::AUTH, node.state.lock().tree.last_zxid())),
             Request::Unsupported(code) => {

@@ -134,3 +134,27 @@ fn java_hash_set_order_matches_java() {
     assert_eq!(order, by_bucket);
     assert_eq!(h("abc"), 96354);
 }
+
+#[test]
+fn a_batch_applies_its_commands_in_order_each_at_its_own_zxid() {
+    let mut h = Harness::new();
+    let base = super::command::zxid::of(9, 0);
+    let one = |op| Command::Ops { session_id: 7, time_ms: 1000, multi: false, ops: vec![op] };
+    let batch = Command::Batch(vec![
+        one(create("/b", 0)),
+        one(create("/b", 0)),
+        one(create("/b/c", 0)),
+        Command::Ops { session_id: 99, time_ms: 1000, multi: false, ops: vec![create("/x", 0)] },
+    ]);
+    let CommandResult::Batch(results) = h.tree.apply(base, &batch, &mut h.changes) else {
+        panic!("not a batch result")
+    };
+    assert!(matches!(results[0], CommandResult::Applied(_)));
+    assert_eq!(results[1], CommandResult::Failed(ErrorCode::NodeExists));
+    assert!(matches!(results[2], CommandResult::Applied(_)));
+    // A command of an unknown session fails alone; the others stand.
+    assert_eq!(results[3], CommandResult::Failed(ErrorCode::SessionExpired));
+    assert_eq!((h.stat("/b").czxid, h.stat("/b/c").czxid, h.stat("/b").pzxid), (base, base + 2, base + 2));
+    assert_eq!(h.tree.last_zxid(), base + 3);
+    assert_eq!(super::command::zxid::index(base + 3), 9);
+}
