@@ -12,14 +12,19 @@ def jstring(s: str) -> bytes:
 
 
 class RawClient:
-    def __init__(self, port, timeout_ms=10000):
+    def __init__(self, port, timeout_ms=10000, session=None):
+        """`session` is (id, password) to resume; a new session otherwise."""
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.xid = 0
         self.events = []
-        connect = struct.pack(">iqiq", 0, 0, timeout_ms, 0) + struct.pack(">i", 16) + b"\0" * 16 + b"\0"
+        session_id, password = session or (0, b"\0" * 16)
+        connect = (struct.pack(">iqiq", 0, 0, timeout_ms, session_id) + struct.pack(">i", len(password))
+                   + password + b"\0")
         self.send_frame(connect)
         body = self.read_frame()
         _, self.timeout_ms, self.session_id = struct.unpack_from(">iiq", body)
+        (plen,) = struct.unpack_from(">i", body, 16)
+        self.password = body[20:20 + plen]
 
     def send_frame(self, payload: bytes):
         self.sock.sendall(struct.pack(">i", len(payload)) + payload)

@@ -236,6 +236,7 @@ def test_session_and_ephemerals_survive_the_death_of_their_node(cluster):
     wait_until(reconnected, 30, "reconnect with the session")
     assert zk.client_id[0] == session_before
     assert zk.exists("/lock").ephemeralOwner == session_before
+
     # The session stays alive on the new leader's clock for longer than its timeout.
     time.sleep(8)
     assert zk.exists("/lock") is not None
@@ -287,3 +288,28 @@ def test_single_node_sigkilled_mid_stream_keeps_every_acknowledged_write(tmp_pat
         assert set(stream.acked) <= set(values), "an acknowledged write was lost"
     finally:
         node.stop()
+
+
+def test_watches_follow_their_session_to_another_node(cluster):
+    """The Java client's reconnect: resume the session on another node with its id and
+    password, then setWatches (kazoo drops its watches on a disconnect instead)."""
+    leader = leader_of(cluster)
+    follower, other = [n for n in cluster if n is not leader]
+    setup = connect(leader.hosts)
+    setup.create("/watched", b"v0")
+    raw = RawClient(follower.client_port, timeout_ms=6000)
+    err, _ = raw.request(4, jstring("/watched") + b"\x01")  # getData with a watch
+    assert err == 0
+    follower.kill()
+
+    moved = RawClient(other.client_port, timeout_ms=6000, session=(raw.session_id, raw.password))
+    assert moved.session_id == raw.session_id
+    strings = lambda *paths: struct.pack(">i", len(paths)) + b"".join(jstring(p) for p in paths)
+    err, _ = moved.request(101, struct.pack(">q", 0) + strings("/watched") + strings() + strings("/"))
+    assert err == 0
+    setup.set("/watched", b"v1")
+    setup.create("/new-child")
+    assert sorted(moved.collect_events(wait=2.0)) == [(3, "/watched"), (4, "/")]  # changed, children
+    moved.close()
+    setup.stop()
+    setup.close()
