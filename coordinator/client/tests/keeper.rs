@@ -1,4 +1,6 @@
-//! The client helpers against a real coordinator process (the binary `scripts/test` builds).
+//! The client helpers against a real coordinator process (the binary `scripts/test` builds)
+//! and, with the same scenarios, against Apache ZooKeeper 3.8, which must be able to stand in
+//! for the coordinator.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -31,44 +33,99 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free loopback port")
 }
 
-fn ruok(hosts: &str) -> bool {
-    let Ok(mut s) = TcpStream::connect(hosts) else { return false };
+fn four_letter(hosts: &str, word: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(hosts) else { return String::new() };
     let mut answer = String::new();
-    s.write_all(b"ruok").is_ok() && s.read_to_string(&mut answer).is_ok() && answer == "imok"
+    if s.write_all(word.as_bytes()).is_err() || s.read_to_string(&mut answer).is_err() {
+        answer.clear();
+    }
+    answer
 }
 
-fn start_coordinator() -> Server {
-    let bin = coordinator_bin();
-    assert!(bin.exists(), "{} is missing: build it with `cargo build --bin coordinator`", bin.display());
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let hosts = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(bin)
-        .args(["serve", "--node-id", "1", "--client-addr", &hosts, "--tick-ms", "250"])
-        .arg("--raft-addr")
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the coordinator starts");
-    let server = Server { child, hosts, _dir: dir };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !ruok(&server.hosts) {
-        assert!(Instant::now() < deadline, "the coordinator did not come up");
-        std::thread::sleep(Duration::from_millis(50));
+impl Server {
+    fn coordinator() -> Server {
+        let bin = coordinator_bin();
+        assert!(bin.exists(), "{} is missing: build it with `cargo build --bin coordinator`", bin.display());
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let hosts = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(bin)
+            .args(["serve", "--node-id", "1", "--client-addr", &hosts, "--tick-ms", "250"])
+            .arg("--raft-addr")
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the coordinator starts");
+        Server { child, hosts, _dir: dir }.ready("imok", "ruok")
     }
-    server
+
+    /// A standalone ZooKeeper from Debian's package (`scripts/install-zookeeper`).
+    fn zookeeper() -> Server {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let port = free_port();
+        let cfg = dir.path().join("zoo.cfg");
+        std::fs::write(
+            &cfg,
+            format!(
+                "tickTime=250\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+                 admin.enableServer=false\n4lw.commands.whitelist=*\n",
+                dir.path().display()
+            ),
+        )
+        .expect("zoo.cfg");
+        let child = Command::new("java")
+            .args(["-Xmx256m", "-cp", "/usr/share/java/*:/etc/zookeeper/conf"])
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("java runs ZooKeeper (scripts/install-zookeeper installs it)");
+        Server { child, hosts: format!("127.0.0.1:{port}"), _dir: dir }.ready("Mode:", "srvr")
+    }
+
+    fn ready(self, expect: &str, word: &str) -> Server {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !four_letter(&self.hosts, word).contains(expect) {
+            assert!(Instant::now() < deadline, "the server at {} did not come up", self.hosts);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self
+    }
 }
+
+/// Runs a scenario against the coordinator and against ZooKeeper, as two tests.
+macro_rules! against_both {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test]
+            async fn coordinator() {
+                super::$scenario(&super::Server::coordinator()).await
+            }
+
+            #[tokio::test]
+            async fn zookeeper() {
+                super::$scenario(&super::Server::zookeeper()).await
+            }
+        }
+    )*};
+}
+
+against_both!(
+    transactions_apply_all_or_nothing_and_name_the_failing_operation,
+    an_ephemeral_lock_has_one_holder_and_passes_on_when_its_session_ends,
+    a_sequential_log_orders_appends_and_wakes_readers,
+    waiting_for_a_change_sees_the_write_of_another_session,
+);
 
 async fn keeper(server: &Server) -> Keeper {
     Keeper::connect(&server.hosts, Duration::from_secs(2)).await.expect("a session")
 }
 
-#[tokio::test]
-async fn transactions_apply_all_or_nothing_and_name_the_failing_operation() {
-    let server = start_coordinator();
-    let k = keeper(&server).await;
+async fn transactions_apply_all_or_nothing_and_name_the_failing_operation(server: &Server) {
+    let k = keeper(server).await;
     k.ensure_path("/t/offsets").await.expect("mkdir");
     k.create("/t/offsets/0", b"100", NodeKind::Persistent).await.expect("create");
     let offset = k.get("/t/offsets/0").await.expect("get").expect("present");
@@ -111,10 +168,8 @@ async fn transactions_apply_all_or_nothing_and_name_the_failing_operation() {
     assert!(err.is_bad_version() && err.to_string().contains("/t/offsets/0"), "{err}");
 }
 
-#[tokio::test]
-async fn an_ephemeral_lock_has_one_holder_and_passes_on_when_its_session_ends() {
-    let server = start_coordinator();
-    let (a, b) = (keeper(&server).await, keeper(&server).await);
+async fn an_ephemeral_lock_has_one_holder_and_passes_on_when_its_session_ends(server: &Server) {
+    let (a, b) = (keeper(server).await, keeper(server).await);
     let path = "/locks/topic/partition-3";
     let held = EphemeralLock::try_acquire(&a, path, b"ingestor-a").await.expect("lock").expect("free lock");
     assert_eq!(EphemeralLock::try_acquire(&b, path, b"ingestor-b").await.expect("lock"), None);
@@ -142,14 +197,13 @@ async fn an_ephemeral_lock_has_one_holder_and_passes_on_when_its_session_ends() 
     assert!(EphemeralLock::try_acquire(&a, path, b"ingestor-a").await.expect("lock").is_some());
 }
 
-#[tokio::test]
-async fn a_sequential_log_orders_appends_and_wakes_readers() {
-    let server = start_coordinator();
-    let (writer, reader) = (keeper(&server).await, keeper(&server).await);
+async fn a_sequential_log_orders_appends_and_wakes_readers(server: &Server) {
+    let (writer, reader) = (keeper(server).await, keeper(server).await);
     let log = SequentialLog::new("/table/log", "log-");
     log.ensure(&writer).await.expect("mkdir");
     writer.create("/table/log/not-an-entry", b"", NodeKind::Persistent).await.expect("create");
 
+    // The stray child took sequence 0: sequence numbers count every child the parent got.
     assert_eq!(log.append(&writer, b"first").await.expect("append"), 1);
     assert_eq!(log.append(&writer, b"second").await.expect("append"), 2);
     let results = log
@@ -182,10 +236,8 @@ async fn a_sequential_log_orders_appends_and_wakes_readers() {
     assert!(writer.get("/table/log/not-an-entry").await.expect("get").is_some());
 }
 
-#[tokio::test]
-async fn waiting_for_a_change_sees_the_write_of_another_session() {
-    let server = start_coordinator();
-    let (watcher, writer) = (keeper(&server).await, keeper(&server).await);
+async fn waiting_for_a_change_sees_the_write_of_another_session(server: &Server) {
+    let (watcher, writer) = (keeper(server).await, keeper(server).await);
     let waiting = tokio::spawn({
         let watcher = watcher.clone();
         async move { watcher.wait_for_change("/leader").await }
