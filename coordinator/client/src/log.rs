@@ -120,3 +120,21 @@ impl SequentialLog {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_come_from_the_name_or_the_full_path() {
+        let log = SequentialLog::new("/t/log/", "log-");
+        assert_eq!(log.entry_base(), "/t/log/log-");
+        assert_eq!(log.sequence_of("log-0000000042").ok(), Some(42));
+        assert_eq!(log.sequence_of("/t/log/log-0000000007").ok(), Some(7));
+        // Names past ten digits (ZooKeeper's counter overflowing into 64 bits) still parse.
+        assert_eq!(log.sequence_of("log-0000000004294967296").ok(), Some(4_294_967_296));
+        let err = log.sequence_of("block-0000000001").expect_err("another prefix");
+        assert!(err.to_string().contains("block-0000000001") && err.to_string().contains("/t/log"), "{err}");
+        assert!(log.sequence_of("log-").is_err());
+    }
+}
