@@ -313,3 +313,28 @@ def test_watches_follow_their_session_to_another_node(cluster):
     moved.close()
     setup.stop()
     setup.close()
+
+
+def test_five_nodes_keep_writing_with_two_down(tmp_path):
+    nodes = start_cluster(tmp_path, 5, tick_ms=TICK_MS)
+    try:
+        leader = leader_of(nodes)
+        follower = next(n for n in nodes if n is not leader)
+        with WriteStream(all_hosts(nodes), "/five") as stream:
+            wait_until(lambda: len(stream.acked) >= 100, 60, "writes before the kills")
+            leader.kill()
+            follower.kill()
+            acked = len(stream.acked)
+            wait_until(lambda: len(stream.acked) >= acked + 100, 60, "writes with two of five down")
+        survivors = [n for n in nodes if n.proc is not None]
+        assert leader_of(survivors) not in (leader, follower)
+        leader.start(wait=False)
+        follower.start(wait=False)
+        leader.wait_ready()
+        follower.wait_ready()
+        tree = assert_replicas_equal(nodes)
+        values = counters_under(tree, "/five")
+        assert len(values) == len(set(values)) and set(stream.acked) <= set(values)
+    finally:
+        for n in nodes:
+            n.stop()
