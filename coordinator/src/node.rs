@@ -200,9 +200,9 @@ impl Coordinator {
         let n = commands.len();
         let (done, result) = oneshot::channel();
         if self.batches.send(PendingWrite { commands, n, done }).is_err() {
-            return failed_all(n, "the node is shutting down");
+            return failed_all(n, &ForwardError::Failed("the node is shutting down".into()));
         }
-        result.await.unwrap_or_else(|_| failed_all(n, "the node is shutting down"))
+        result.await.unwrap_or_else(|_| failed_all(n, &ForwardError::Failed("the node is shutting down".into())))
     }
 
     /// Group commit: while one log entry is being committed, the writes that arrive wait, and
@@ -243,7 +243,7 @@ impl Coordinator {
                     .map(|(position, (index, result))| Ok(Committed { index, zxid: zxid::of(index, position), result }))
                     .collect::<Vec<_>>()
                     .into_iter(),
-                Err(e) => failed_all_with(total, &e).into_iter(),
+                Err(e) => failed_all(total, &e).into_iter(),
             };
             for w in waiting {
                 let share: Vec<WriteResult> = results.by_ref().take(w.n).collect();
@@ -511,11 +511,7 @@ struct PendingWrite {
     done: oneshot::Sender<Vec<WriteResult>>,
 }
 
-fn failed_all(n: usize, why: &str) -> Vec<WriteResult> {
-    (0..n).map(|_| Err(ForwardError::Failed(why.to_string()))).collect()
-}
-
-fn failed_all_with(n: usize, error: &ForwardError) -> Vec<WriteResult> {
+fn failed_all(n: usize, error: &ForwardError) -> Vec<WriteResult> {
     (0..n).map(|_| Err(error.clone())).collect()
 }
 
