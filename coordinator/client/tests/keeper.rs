@@ -33,9 +33,16 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free loopback port")
 }
 
+/// A four-letter word's answer, or "" when the server is not answering yet. A server that is
+/// still starting can accept the connection and say nothing, so the read has a deadline.
 fn four_letter(hosts: &str, word: &str) -> String {
-    let Ok(mut s) = TcpStream::connect(hosts) else { return String::new() };
+    let Ok(addr) = hosts.parse() else { return String::new() };
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else { return String::new() };
     let mut answer = String::new();
+    let io_deadline = Some(Duration::from_secs(2));
+    if s.set_read_timeout(io_deadline).is_err() || s.set_write_timeout(io_deadline).is_err() {
+        return answer;
+    }
     if s.write_all(word.as_bytes()).is_err() || s.read_to_string(&mut answer).is_err() {
         answer.clear();
     }
@@ -96,17 +103,27 @@ impl Server {
     }
 }
 
+/// The client crate's own log (connects, reconnects, session state) in the output of a failing test.
+fn log_to_test_output() {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("zookeeper_client=debug,coordinator_client=debug"))
+        .try_init();
+}
+
 /// Runs a scenario against the coordinator and against ZooKeeper, as two tests.
 macro_rules! against_both {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
             #[tokio::test]
             async fn coordinator() {
+                super::log_to_test_output();
                 super::$scenario(&super::Server::coordinator()).await
             }
 
             #[tokio::test]
             async fn zookeeper() {
+                super::log_to_test_output();
                 super::$scenario(&super::Server::zookeeper()).await
             }
         }
