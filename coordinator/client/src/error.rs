@@ -49,4 +49,9 @@ impl KeeperError {
     pub fn is_connection_loss(&self) -> bool {
         matches!(self.code(), Some(zk::Error::ConnectionLoss))
     }
+
+    /// The session is gone (expired or closed): a new one must be made.
+    pub fn is_session_lost(&self) -> bool {
+        matches!(self.code(), Some(zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed))
+    }
 }

@@ -11,12 +11,14 @@ mod error;
 mod keeper;
 mod lock;
 mod log;
+pub mod offset;
 mod txn;
 
 pub use error::KeeperError;
 pub use keeper::{Keeper, NodeKind, Versioned};
 pub use lock::{EphemeralLock, LockHolder};
 pub use log::{LogEntry, SequentialLog};
+pub use offset::OffsetRecord;
 pub use txn::{Txn, TxnResult};
 /// The underlying client crate, for its types (`Stat`, `WatchedEvent`, `Error`).
 pub use zookeeper_client as zk;

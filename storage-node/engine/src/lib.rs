@@ -20,5 +20,5 @@ pub mod types;
 pub use catalog::Catalog;
 pub use error::{EngineError, Result};
 pub use schema::{ColumnDef, EngineKind, TableDef};
-pub use table::{InsertOptions, OptimizeRequest, ReadOptions, Table};
+pub use table::{InsertOptions, InsertSummary, OptimizeRequest, PreparedInsert, PreparedRecord, ReadOptions, Table};
 pub use types::ChType;

@@ -1,5 +1,8 @@
 //! `storage-node`: the storage node's binary. `storage-node local` is the clickhouse-local of
 //! mergestream: it runs SQL statements against a data directory and prints the results.
+//! `storage-node serve` keeps the data directory open and serves the gRPC insert service.
+
+mod ingest;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -22,6 +25,45 @@ struct Cli {
 enum Command {
     /// Run SQL statements against a local data directory, like clickhouse-local.
     Local(LocalArgs),
+    /// Serve the gRPC insert service (schemas/ingest.proto) over a data directory.
+    Serve(ServeArgs),
+    /// Run SQL statements on a serving storage node and print the last one's output.
+    Client(ClientArgs),
+}
+
+#[derive(clap::Args)]
+struct ClientArgs {
+    /// The storage node's gRPC address.
+    #[arg(long, default_value = "127.0.0.1:9100")]
+    addr: String,
+    #[arg(long)]
+    query: String,
+    /// Output format: TSV, TSVWithNames, CSV, JSONEachRow, PrettyCompact.
+    #[arg(long, default_value = "TSV")]
+    format: String,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// The data directory (created if missing).
+    #[arg(long)]
+    path: PathBuf,
+    /// Where the gRPC service listens.
+    #[arg(long, default_value = "127.0.0.1:9100")]
+    grpc_addr: std::net::SocketAddr,
+    /// The coordinator (or ZooKeeper) hosts, `host:port[,host:port…]`. Needed for inserts that
+    /// commit a source offset with their block.
+    #[arg(long)]
+    coordinator: Option<String>,
+    /// The coordinator session timeout in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    session_timeout_ms: u64,
+    /// Where Prometheus metrics are served.
+    #[arg(long)]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Threads running background merges.
+    #[arg(long, default_value_t = 2)]
+    merge_threads: usize,
 }
 
 #[derive(clap::Args)]
@@ -46,6 +88,7 @@ struct LocalArgs {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MERGESTREAM_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -54,6 +97,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Local(args) => run_local(args),
+        Command::Serve(args) => run_serve(args),
+        Command::Client(args) => run_client(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -101,4 +146,59 @@ fn run_local(args: LocalArgs) -> anyhow::Result<()> {
         return Err(e).context("cannot write the result");
     }
     result.map_err(anyhow::Error::from)
+}
+
+fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    if let Some(addr) = args.metrics_addr {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .context("cannot start the metrics exporter")?;
+    }
+    let catalog = Arc::new(
+        Catalog::open(&args.path, args.merge_threads)
+            .with_context(|| format!("cannot open the data directory {}", args.path.display()))?,
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let coordinator = args.coordinator.map(|hosts| {
+            Arc::new(ingest::Coordinator::new(hosts, std::time::Duration::from_millis(args.session_timeout_ms)))
+        });
+        let service = ingest::IngestService::new(catalog, coordinator);
+        service.recover().await.context("cannot resolve the prepared inserts left by the last run")?;
+        let listener = tokio::net::TcpListener::bind(args.grpc_addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.grpc_addr))?;
+        tracing::info!(addr = %args.grpc_addr, "serving the insert service");
+        let shutdown = async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        };
+        tonic::transport::Server::builder()
+            .add_service(
+                mergestream_proto::ingest::ingest_server::IngestServer::new(service)
+                    .max_decoding_message_size(256 << 20),
+            )
+            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
+            .await
+            .context("the gRPC server failed")
+    })
+}
+
+fn run_client(args: ClientArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
+    let output = runtime.block_on(async {
+        let url = format!("http://{}", args.addr);
+        let mut client = mergestream_proto::ingest::ingest_client::IngestClient::connect(url)
+            .await
+            .with_context(|| format!("cannot connect to the storage node at {}", args.addr))?;
+        let request = mergestream_proto::ingest::QueryRequest { sql: args.query, format: args.format };
+        let reply = client.query(request).await.map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+        anyhow::Ok(reply.into_inner().output)
+    })?;
+    print!("{output}");
+    Ok(())
 }

@@ -224,6 +224,24 @@ impl ClosedPart {
         })
     }
 
+    /// Moves the part's directory to `dir` (inside the table directory), durably: a part
+    /// prepared for a two-step commit lives there across restarts.
+    pub fn move_to(mut self, dir: PathBuf) -> Result<ClosedPart> {
+        std::fs::rename(&self.tmp_dir, &dir).map_err(EngineError::io(&dir))?;
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+        self.tmp_dir = dir;
+        Ok(self)
+    }
+
+    /// A closed part found on disk under `dir` (a prepared insert after a restart).
+    pub fn reopen(table_dir: &Path, dir: &Path) -> Result<ClosedPart> {
+        let label = dir.display().to_string();
+        let (meta, _, index) = super::verified_files(dir, &label)?;
+        Ok(ClosedPart { table_dir: table_dir.to_path_buf(), tmp_dir: dir.to_path_buf(), meta, index })
+    }
+
     pub fn abort(self) {
         if let Err(e) = std::fs::remove_dir_all(&self.tmp_dir) {
             tracing::warn!(dir = %self.tmp_dir.display(), error = %e, "cannot remove an aborted part");

@@ -31,6 +31,26 @@ pub struct InsertSummary {
     pub deduplicated: usize,
 }
 
+/// Directories of prepared inserts (two-step commits) start with this.
+pub const PREPARED_PREFIX: &str = "prepared_";
+const PREPARED_RECORD: &str = "insert.json";
+
+/// What a prepared insert keeps beside its parts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PreparedRecord {
+    pub token: Option<String>,
+    /// The caller's record of the external commit this insert waits for.
+    pub context: String,
+    pub rows: usize,
+}
+
+/// An insert whose parts are durable but not yet active: see [`Table::prepare_insert`].
+pub struct PreparedInsert {
+    dir: std::path::PathBuf,
+    pub record: PreparedRecord,
+    parts: Vec<(ClosedPart, Option<String>)>,
+}
+
 /// A block sorted by its key, and whether two of its rows share a key.
 pub struct SortedBlock {
     pub batch: RecordBatch,
@@ -120,10 +140,118 @@ impl Table {
     /// Inserts one block. Each partition of the block becomes one part; the call returns once
     /// every part is durable and active.
     pub fn insert(&self, batch: RecordBatch, options: &InsertOptions) -> Result<InsertSummary> {
+        let (written, mut summary) = self.write_parts(batch, options)?;
+        self.commit_written(written, &mut summary)?;
+        Ok(summary)
+    }
+
+    /// The first step of a two-step insert: the block's parts are written and durable in a
+    /// directory of their own, but not visible. `context` is kept beside them (the caller's
+    /// record of the external commit, e.g. the source offset), so that after a restart
+    /// [`prepared_inserts`](Self::prepared_inserts) can decide each one's fate.
+    pub fn prepare_insert(&self, batch: RecordBatch, options: &InsertOptions, context: &str) -> Result<PreparedInsert> {
+        let (written, summary) = self.write_parts(batch, options)?;
+        let dir = self.dir.join(format!("{PREPARED_PREFIX}{}", unique_suffix()));
+        let fail = |e: EngineError, written: Vec<(ClosedPart, Option<String>)>| {
+            written.into_iter().for_each(|(part, _)| part.abort());
+            let _ = std::fs::remove_dir_all(&dir);
+            e
+        };
+        if let Err(e) = std::fs::create_dir(&dir) {
+            return Err(fail(EngineError::Io { path: dir.clone(), source: e }, written));
+        }
+        let record = PreparedRecord { token: options.deduplication_token.clone(), context: context.to_string(), rows: summary.rows };
+        let record_path = dir.join(PREPARED_RECORD);
+        let json = match serde_json::to_vec(&record) {
+            Ok(json) => json,
+            Err(source) => return Err(fail(EngineError::Metadata { path: record_path, source }, written)),
+        };
+        if let Err(e) = crate::part::write_synced(&record_path, &json) {
+            return Err(fail(e, written));
+        }
+        let mut parts = Vec::with_capacity(written.len());
+        let mut pending = written.into_iter().enumerate();
+        while let Some((i, (part, dedup_id))) = pending.next() {
+            match part.move_to(dir.join(i.to_string())) {
+                Ok(part) => parts.push((part, dedup_id)),
+                Err(e) => {
+                    let rest: Vec<_> = pending.map(|(_, p)| p).collect();
+                    parts.into_iter().for_each(|(part, _): (ClosedPart, _)| part.abort());
+                    return Err(fail(e, rest));
+                }
+            }
+        }
+        crate::part::sync_dir(&self.dir)?;
+        Ok(PreparedInsert { dir, record, parts })
+    }
+
+    /// The second step: the prepared parts become active (block numbers allocated now).
+    pub fn commit_prepared(&self, prepared: PreparedInsert) -> Result<InsertSummary> {
+        let mut summary = InsertSummary { rows: prepared.record.rows, ..Default::default() };
+        self.commit_written(prepared.parts, &mut summary)?;
+        std::fs::remove_dir_all(&prepared.dir).map_err(EngineError::io(&prepared.dir))?;
+        crate::part::sync_dir(&self.dir)?;
+        Ok(summary)
+    }
+
+    /// Drops a prepared insert whose external commit did not happen.
+    pub fn abort_prepared(&self, prepared: PreparedInsert) {
+        prepared.parts.into_iter().for_each(|(part, _)| part.abort());
+        if let Err(e) = std::fs::remove_dir_all(&prepared.dir) {
+            tracing::warn!(dir = %prepared.dir.display(), error = %e, "cannot remove an aborted prepared insert");
+        }
+    }
+
+    /// The prepared inserts on disk, oldest first: those a crash left between the two steps.
+    pub fn prepared_inserts(&self) -> Result<Vec<PreparedInsert>> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(EngineError::io(&self.dir))? {
+            let entry = entry.map_err(EngineError::io(&self.dir))?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            if !name.starts_with(PREPARED_PREFIX) {
+                continue;
+            }
+            let dir = entry.path();
+            let record_path = dir.join(PREPARED_RECORD);
+            let record: PreparedRecord = match std::fs::read(&record_path) {
+                Ok(bytes) => serde_json::from_slice(&bytes)
+                    .map_err(|source| EngineError::Metadata { path: record_path.clone(), source })?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    // The crash came before the record was durable: nothing was promised.
+                    std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
+                    continue;
+                }
+                Err(e) => return Err(EngineError::Io { path: record_path, source: e }),
+            };
+            let mut subdirs: Vec<(usize, std::path::PathBuf)> = std::fs::read_dir(&dir)
+                .map_err(EngineError::io(&dir))?
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()).map(|i| (i, e.path())))
+                .collect();
+            subdirs.sort();
+            let mut parts = Vec::new();
+            for (_, sub) in subdirs {
+                let part = ClosedPart::reopen(&self.dir, &sub)?;
+                let dedup_id = part.meta().dedup_id.clone();
+                parts.push((part, dedup_id));
+            }
+            let modified = entry.metadata().and_then(|m| m.modified()).ok();
+            found.push((modified, PreparedInsert { dir, record, parts }));
+        }
+        found.sort_by_key(|(modified, _)| *modified);
+        Ok(found.into_iter().map(|(_, p)| p).collect())
+    }
+
+    /// Splits, sorts and writes a block's parts; each is durable under a temporary name.
+    fn write_parts(
+        &self,
+        batch: RecordBatch,
+        options: &InsertOptions,
+    ) -> Result<(Vec<(ClosedPart, Option<String>)>, InsertSummary)> {
         self.check_block(&batch)?;
-        let mut summary = InsertSummary { rows: batch.num_rows(), ..Default::default() };
+        let summary = InsertSummary { rows: batch.num_rows(), ..Default::default() };
         if batch.num_rows() == 0 {
-            return Ok(summary);
+            return Ok((Vec::new(), summary));
         }
         let batch = self.with_sort_expressions(batch)?;
         let blocks = KeyExpr::split(self.def.partition_by.as_ref(), &self.def.columns, &batch)?;
@@ -154,7 +282,11 @@ impl Table {
                 }
             }
         }
-        for (part, dedup_id) in closed {
+        Ok((closed, summary))
+    }
+
+    fn commit_written(&self, written: Vec<(ClosedPart, Option<String>)>, summary: &mut InsertSummary) -> Result<()> {
+        for (part, dedup_id) in written {
             if part.meta().rows == 0 {
                 // Everything collapsed away inside the block (e.g. zero sums).
                 part.abort();
@@ -165,7 +297,7 @@ impl Table {
                 None => summary.deduplicated += 1,
             }
         }
-        Ok(summary)
+        Ok(())
     }
 
     /// Appends the hidden columns of the sorting-key expressions.

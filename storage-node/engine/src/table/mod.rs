@@ -18,7 +18,7 @@ use arrow::datatypes::SchemaRef;
 use tracing::{info, warn};
 
 pub use final_read::FinalTask;
-pub use insert::InsertOptions;
+pub use insert::{InsertOptions, InsertSummary, PreparedInsert, PreparedRecord};
 pub use merge::OptimizeRequest;
 pub use read::{KeyBound, KeyRange, ReadOptions, ScanTask};
 

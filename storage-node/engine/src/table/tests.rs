@@ -167,3 +167,27 @@ fn final_split_into_key_ranges_equals_one_merge() {
     assert_eq!(split, single);
     assert!(split.windows(2).all(|w| w[0].0 < w[1].0), "one row per key, in key order");
 }
+
+#[test]
+fn a_prepared_insert_is_invisible_until_committed_and_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t");
+    let table = Table::create(&path, def(TableSettings::default())).expect("create");
+    let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()) };
+    let first = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
+    table.prepare_insert(block(&table, 10..15), &InsertOptions::default(), "offset 15").expect("prepare");
+    assert!(table.parts_info().is_empty(), "prepared parts are not visible");
+    table.abort_prepared(first);
+    drop(table);
+
+    // After a restart the one still prepared is found with its record, and can be committed.
+    let table = Table::open(&path).expect("reopen");
+    assert!(table.parts_info().is_empty());
+    let mut prepared = table.prepared_inserts().expect("list");
+    assert_eq!(prepared.len(), 1);
+    assert_eq!((prepared[0].record.context.as_str(), prepared[0].record.rows), ("offset 15", 5));
+    let summary = table.commit_prepared(prepared.remove(0)).expect("commit");
+    assert_eq!(summary.parts, vec!["all_1_1_0"]);
+    assert!(table.prepared_inserts().expect("list").is_empty());
+    assert_eq!(rows(table.scan(&ReadOptions::default()).expect("scan")), 5);
+}

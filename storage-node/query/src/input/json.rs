@@ -5,7 +5,8 @@ use super::RowsInput;
 use crate::error::{QueryError, Result};
 use crate::sql::lexer::line_col;
 
-fn from_json(value: serde_json::Value) -> Value {
+/// A JSON value as an inserted literal.
+pub fn from_json(value: serde_json::Value) -> Value {
     match value {
         serde_json::Value::Null => Value::Null,
         serde_json::Value::Bool(b) => Value::Bool(b),

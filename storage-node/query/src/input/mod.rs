@@ -7,7 +7,7 @@ mod values;
 use arrow::array::RecordBatch;
 use mergestream_engine::{ChType, Table};
 
-pub use json::parse_json_each_row;
+pub use json::{from_json, parse_json_each_row};
 pub use values::parse_values;
 
 use crate::error::{QueryError, Result};
@@ -62,15 +62,20 @@ pub fn parse_literal(text: &str) -> Result<Value> {
         .ok_or_else(|| QueryError::Invalid(format!("{text} is not a value")))
 }
 
+/// The value an insert that leaves `column` out gets: its DEFAULT, or its type's zero.
+pub fn column_default(def: &mergestream_engine::TableDef, column: &mergestream_engine::ColumnDef) -> Result<Value> {
+    match def.defaults.get(&column.name) {
+        Some(text) => parse_literal(text),
+        None => Ok(default_value(&column.ty)),
+    }
+}
+
 /// Builds the table's block from rows of values.
 pub fn build_block(table: &Table, input: RowsInput) -> Result<RecordBatch> {
     let def = table.def();
     let mut columns = Vec::with_capacity(def.columns.len());
     for (i, column) in def.columns.iter().enumerate() {
-        let default = match def.defaults.get(&column.name) {
-            Some(text) => parse_literal(text)?,
-            None => default_value(&column.ty),
-        };
+        let default = column_default(def, column)?;
         let values: Vec<Value> = match input.columns.iter().position(|&c| c == i) {
             Some(at) => input.rows.iter().map(|row| row[at].clone().unwrap_or_else(|| default.clone())).collect(),
             None => vec![default; input.rows.len()],

@@ -1,0 +1,258 @@
+//! Messages → rows of a table: the pipeline's column mapping, defaults and conversions.
+//!
+//! Values are collected per column and turned into Arrow arrays once per block with the same
+//! conversion `INSERT … FORMAT JSONEachRow` uses (mergestream-query's `column_from_values`). A
+//! value that does not fit its column fails that conversion; the block then finds the rows
+//! at fault one by one (a rare path), so the common path converts each column once.
+
+use std::sync::Arc;
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use mergestream_engine::{ChType, TableDef};
+use mergestream_query::input::value::{column_from_values, Value};
+use mergestream_query::input::{column_default, from_json};
+
+use crate::pipeline::{ColumnMapping, Conversion, TableTarget, ValueSource};
+
+/// What a message carries besides its payload.
+pub struct MessageMeta<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp_ms: Option<i64>,
+    pub key: Option<&'a [u8]>,
+    pub headers: &'a [(String, Vec<u8>)],
+}
+
+/// Why a message could not become a row.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("not valid JSON: {0}")]
+    Malformed(String),
+    #[error("expected a JSON object, found {0}")]
+    NotAnObject(&'static str),
+    #[error("missing required field `{field}` (column {column})")]
+    MissingField { field: String, column: String },
+    #[error("column {column}: {message}")]
+    WrongType { column: String, message: String },
+}
+
+impl DecodeError {
+    /// A short stable name for the `reason` header and the metrics label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DecodeError::Malformed(_) => "malformed",
+            DecodeError::NotAnObject(_) => "not_an_object",
+            DecodeError::MissingField { .. } => "missing_field",
+            DecodeError::WrongType { .. } => "wrong_type",
+        }
+    }
+}
+
+/// Turns messages into the values of one table's columns.
+pub struct RowDecoder {
+    table: String,
+    types: Vec<ChType>,
+    names: Vec<String>,
+    /// Per column: its mapping, if the pipeline maps it, and the value used otherwise.
+    sources: Vec<(Option<ColumnMapping>, Value)>,
+}
+
+impl RowDecoder {
+    pub fn new(target: &TableTarget) -> Result<RowDecoder, String> {
+        let def: &TableDef = &target.def;
+        let mut sources = Vec::with_capacity(def.columns.len());
+        for column in &def.columns {
+            let fallback = column_default(def, column).map_err(|e| e.to_string())?;
+            let mapping = target.columns.iter().find(|m| m.column == column.name).cloned();
+            sources.push((mapping, fallback));
+        }
+        Ok(RowDecoder {
+            table: def.name.clone(),
+            types: def.columns.iter().map(|c| c.ty.clone()).collect(),
+            names: def.columns.iter().map(|c| c.name.clone()).collect(),
+            sources,
+        })
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// One row: a value per column, in table order.
+    pub fn decode(&self, payload: &serde_json::Value, meta: &MessageMeta<'_>) -> Result<Vec<Value>, DecodeError> {
+        let object = match payload {
+            serde_json::Value::Object(object) => object,
+            other => return Err(DecodeError::NotAnObject(json_kind(other))),
+        };
+        let mut row = Vec::with_capacity(self.sources.len());
+        for (i, (mapping, fallback)) in self.sources.iter().enumerate() {
+            let Some(mapping) = mapping else {
+                row.push(fallback.clone());
+                continue;
+            };
+            let raw = match &mapping.source {
+                ValueSource::Field(path) => {
+                    let mut at = object.get(&path[0]);
+                    for step in &path[1..] {
+                        at = at.and_then(|v| v.get(step));
+                    }
+                    at.filter(|v| !v.is_null()).cloned()
+                }
+                ValueSource::Key => meta.key.map(|k| serde_json::Value::String(String::from_utf8_lossy(k).into_owned())),
+                ValueSource::Topic => Some(serde_json::Value::String(meta.topic.to_string())),
+                ValueSource::Partition => Some(meta.partition.into()),
+                ValueSource::Offset => Some(meta.offset.into()),
+                ValueSource::Timestamp => meta.timestamp_ms.map(|ms| timestamp_value(ms, &self.types[i])),
+                ValueSource::Header(name) => meta
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| serde_json::Value::String(String::from_utf8_lossy(v).into_owned())),
+            };
+            let value = match (raw.or_else(|| mapping.default.clone()), &mapping.source) {
+                (Some(v), _) => convert(v, mapping.convert, &self.names[i])?,
+                (None, _) if self.types[i].is_nullable() => Value::Null,
+                (None, ValueSource::Field(path)) => {
+                    return Err(DecodeError::MissingField { field: path.join("."), column: self.names[i].clone() })
+                }
+                (None, _) => fallback.clone(),
+            };
+            row.push(value);
+        }
+        Ok(row)
+    }
+
+    /// A block of decoded rows; `Err` lists the rows (by index) whose values do not fit
+    /// their columns, with the reason, so the caller can set them aside and build again.
+    pub fn build(&self, schema: &SchemaRef, rows: &[Vec<Value>]) -> Result<RecordBatch, Vec<(usize, DecodeError)>> {
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.types.len());
+        for (c, ty) in self.types.iter().enumerate() {
+            let values: Vec<Value> = rows.iter().map(|r| r[c].clone()).collect();
+            match column_from_values(ty, &values) {
+                Ok(array) => columns.push(array),
+                Err(_) => return Err(self.bad_rows(rows)),
+            }
+        }
+        RecordBatch::try_new(Arc::clone(schema), columns)
+            .map_err(|e| vec![(0, DecodeError::WrongType { column: self.table.clone(), message: e.to_string() })])
+    }
+
+    fn bad_rows(&self, rows: &[Vec<Value>]) -> Vec<(usize, DecodeError)> {
+        let mut bad = Vec::new();
+        for (r, row) in rows.iter().enumerate() {
+            for (c, ty) in self.types.iter().enumerate() {
+                if let Err(message) = column_from_values(ty, std::slice::from_ref(&row[c])) {
+                    bad.push((r, DecodeError::WrongType { column: self.names[c].clone(), message }));
+                    break;
+                }
+            }
+        }
+        bad
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// The message timestamp for a DateTime column is in seconds; other columns get milliseconds.
+fn timestamp_value(ms: i64, ty: &ChType) -> serde_json::Value {
+    match ty.value_type() {
+        ChType::DateTime => (ms.div_euclid(1000)).into(),
+        _ => ms.into(),
+    }
+}
+
+fn convert(v: serde_json::Value, conversion: Option<Conversion>, column: &str) -> Result<Value, DecodeError> {
+    let wrong = |message: String| DecodeError::WrongType { column: column.to_string(), message };
+    Ok(match conversion {
+        None => from_json(v),
+        Some(Conversion::ToString) => Value::Str(match v {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        }),
+        Some(Conversion::ParseNumber) => match v {
+            serde_json::Value::String(s) if s.trim().parse::<f64>().is_ok() => Value::Number(s.trim().to_string()),
+            serde_json::Value::Number(n) => Value::Number(n.to_string()),
+            other => return Err(wrong(format!("parse_number: {other} is not a number"))),
+        },
+        Some(Conversion::FromUnixMillis) => match v.as_i64() {
+            Some(ms) => Value::Number(ms.div_euclid(1000).to_string()),
+            None => return Err(wrong(format!("from_unix_millis: {v} is not a whole number of milliseconds"))),
+        },
+    })
+}
+
+/// Whether a pipeline's `default:` fits its column (checked when the pipeline loads).
+pub fn check_default(value: &serde_json::Value, ty: &ChType) -> Result<(), String> {
+    column_from_values(ty, &[from_json(value.clone())]).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Pipeline;
+    use std::path::Path;
+
+    fn decoder() -> (RowDecoder, SchemaRef) {
+        let p = Pipeline::parse(
+            "name: t\nsource: { kafka: { brokers: b, topics: [x] } }\nformat: json\ntables:\n  - ddl: \
+             CREATE TABLE t (id UInt64, who String, note Nullable(String), n Int32 DEFAULT 7, o UInt64, ts DateTime) \
+             ENGINE = MergeTree ORDER BY id\n    columns:\n      id: id\n      who: { key: true }\n      note: note\n      \
+             o: { offset: true }\n      ts: { timestamp: true }\n",
+            Path::new("."),
+        )
+        .expect("valid");
+        let schema = p.tables[0].def.user_arrow_schema();
+        (RowDecoder::new(&p.tables[0]).expect("decoder"), schema)
+    }
+
+    fn meta(offset: i64) -> MessageMeta<'static> {
+        MessageMeta { topic: "x", partition: 0, offset, timestamp_ms: Some(1_700_000_000_500), key: Some(b"k"), headers: &[] }
+    }
+
+    #[test]
+    fn rows_follow_the_mapping_and_defaults() {
+        let (d, schema) = decoder();
+        let row = d.decode(&serde_json::json!({"id": 5, "extra": 1}), &meta(42)).expect("row");
+        assert_eq!(
+            row,
+            vec![
+                Value::Number("5".into()),
+                Value::Str("k".into()),
+                Value::Null,
+                Value::Number("7".into()),
+                Value::Number("42".into()),
+                Value::Number("1700000000".into())
+            ]
+        );
+        let batch = d.build(&schema, &[row]).expect("block");
+        assert_eq!(batch.num_rows(), 1);
+    }
+
+    #[test]
+    fn bad_messages_name_their_problem() {
+        let (d, schema) = decoder();
+        assert_eq!(
+            d.decode(&serde_json::json!({"note": "x"}), &meta(1)),
+            Err(DecodeError::MissingField { field: "id".into(), column: "id".into() })
+        );
+        assert_eq!(d.decode(&serde_json::json!([1]), &meta(1)), Err(DecodeError::NotAnObject("an array")));
+        let good = d.decode(&serde_json::json!({"id": 1}), &meta(1)).expect("row");
+        let bad = d.decode(&serde_json::json!({"id": "seven"}), &meta(2)).expect("decodes; the type is checked in build");
+        let errors = d.build(&schema, &[good.clone(), bad, good]).expect_err("row 1 does not fit");
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].0, 1);
+        assert!(errors[0].1.to_string().starts_with("column id: cannot parse 'seven' as UInt64"), "{}", errors[0].1);
+    }
+}

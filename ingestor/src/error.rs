@@ -1,0 +1,22 @@
+use coordinator_client::KeeperError;
+
+/// Why a pipeline stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error(transparent)]
+    Pipeline(#[from] crate::pipeline::PipelineError),
+    #[error("the coordinator: {0}")]
+    Coordinator(#[from] KeeperError),
+    #[error("the storage node at {addr}: {message}")]
+    Storage { addr: String, message: String },
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("table {table}: {message}")]
+    Table { table: String, message: String },
+    #[error("{topic}/{partition} offset {offset}: {reason} (errors.mode is fail)")]
+    BadMessage { topic: String, partition: i32, offset: i64, reason: String },
+    #[error("{topic}/{partition}: {bad} of {total} messages in a block were bad, above errors.max_error_rate {limit}")]
+    ErrorRate { topic: String, partition: i32, bad: usize, total: usize, limit: f64 },
+    #[error("{0} is not supported by `ingestor run` yet")]
+    Unsupported(&'static str),
+}

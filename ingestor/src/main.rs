@@ -1,0 +1,117 @@
+//! `ingestor`: `check` validates a pipeline file; `run` consumes it into the storage node.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use mergestream_ingestor::kafka::{KafkaIngest, RunOptions};
+use mergestream_ingestor::pipeline::{Pipeline, PipelineError, Source};
+
+#[derive(Parser)]
+#[command(name = "ingestor", version, about = "Kafka → mergestream tables, exactly once")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a pipeline file; every problem is printed as file:line:column: message.
+    Check {
+        #[arg(long)]
+        pipeline: PathBuf,
+    },
+    /// Run a pipeline until SIGTERM or Ctrl-C, then flush and commit what is buffered.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    #[arg(long)]
+    pipeline: PathBuf,
+    /// The storage node's gRPC address.
+    #[arg(long, default_value = "127.0.0.1:9100")]
+    storage_node: String,
+    /// The coordinator (or ZooKeeper) hosts, host:port[,host:port…].
+    #[arg(long, default_value = "127.0.0.1:2181")]
+    coordinator: String,
+    /// This instance's name in the coordinator (default: host name and process id).
+    #[arg(long)]
+    instance: Option<String>,
+    /// The coordinator session timeout: how long a dead ingestor keeps its partitions.
+    #[arg(long, default_value_t = 6000)]
+    session_timeout_ms: u64,
+    /// Where Prometheus metrics are served.
+    #[arg(long)]
+    metrics_addr: Option<std::net::SocketAddr>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MERGESTREAM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Check { pipeline } => match Pipeline::load(&pipeline) {
+            Ok(p) => {
+                let source = match &p.source {
+                    Source::Kafka(k) => format!("kafka topics {}", k.topics.join(", ")),
+                    Source::Nats(n) => format!("nats stream {}", n.stream),
+                };
+                let tables: Vec<&str> = p.tables.iter().map(|t| t.name.as_str()).collect();
+                println!("{}: ok (pipeline {}: {source} → {})", pipeline.display(), p.name, tables.join(", "));
+                ExitCode::SUCCESS
+            }
+            Err(e @ PipelineError::Invalid { .. }) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run(args) => match run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let pipeline = Pipeline::load(&args.pipeline)?;
+    if let Some(addr) = args.metrics_addr {
+        metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr).install()?;
+    }
+    let instance = args.instance.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+        format!("{host}-{}", std::process::id())
+    });
+    let options = RunOptions {
+        storage_node: args.storage_node,
+        coordinator: args.coordinator,
+        instance,
+        session_timeout: Duration::from_millis(args.session_timeout_ms),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(async move {
+        let ingest = KafkaIngest::start(pipeline, options).await?;
+        let shutdown = async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        };
+        ingest.run(shutdown).await?;
+        Ok(())
+    })
+}

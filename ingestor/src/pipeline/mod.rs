@@ -1,0 +1,200 @@
+//! Pipeline YAML: what to consume, how to decode it, and which tables it goes to.
+//!
+//! Loading validates the whole file and reports every problem at once, each with its
+//! file:line:column and what was expected (`ingestor check`). Unknown keys are problems too:
+//! a misspelt optional key must not silently fall back to its default.
+
+mod check;
+pub mod yaml;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use mergestream_engine::TableDef;
+
+pub use yaml::Location;
+
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    pub name: String,
+    pub source: Source,
+    pub format: Format,
+    pub tables: Vec<TableTarget>,
+    pub batch: BatchLimits,
+    pub errors: ErrorPolicy,
+    /// The most bytes of decoded messages held in memory, across partitions and tables.
+    pub max_in_flight_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum Source {
+    Kafka(KafkaSource),
+    Nats(NatsSource),
+}
+
+#[derive(Debug, Clone)]
+pub struct KafkaSource {
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    pub topics: Vec<String>,
+    /// The consumer group the ingestor commits offsets to (for lag tools); the position it
+    /// resumes from is always the coordinator's.
+    pub group_id: String,
+    /// Passed to librdkafka as they are (security.protocol, sasl.*, fetch sizes, …).
+    pub properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NatsSource {
+    pub url: String,
+    pub stream: String,
+    pub consumer: String,
+    pub subjects: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Format {
+    /// One JSON object per message.
+    Json,
+    /// Avro binary with one writer schema.
+    Avro { schema: PathBuf },
+    /// Confluent framing: magic byte 0, a 4-byte big-endian schema id, then Avro binary.
+    AvroConfluent { registry_url: Option<String>, schemas: BTreeMap<u32, PathBuf> },
+}
+
+#[derive(Debug, Clone)]
+pub struct TableTarget {
+    pub name: String,
+    pub ddl: String,
+    pub def: TableDef,
+    pub columns: Vec<ColumnMapping>,
+}
+
+/// Where one column's value comes from.
+#[derive(Debug, Clone)]
+pub struct ColumnMapping {
+    pub column: String,
+    pub source: ValueSource,
+    /// Used when the field is missing or null (JSON literal).
+    pub default: Option<serde_json::Value>,
+    pub convert: Option<Conversion>,
+    pub at: Location,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueSource {
+    /// A field of the message, by path (`order.customer.id`).
+    Field(Vec<String>),
+    Key,
+    Topic,
+    Partition,
+    Offset,
+    /// The message timestamp in milliseconds since the epoch.
+    Timestamp,
+    Header(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conversion {
+    /// Any JSON value as text (objects and arrays as their JSON).
+    ToString,
+    /// Text holding a number, as the number.
+    ParseNumber,
+    /// A number of milliseconds since the epoch, as a DateTime.
+    FromUnixMillis,
+}
+
+impl Conversion {
+    pub const NAMES: &'static [&'static str] = &["to_string", "parse_number", "from_unix_millis"];
+
+    fn parse(name: &str) -> Option<Conversion> {
+        match name {
+            "to_string" => Some(Conversion::ToString),
+            "parse_number" => Some(Conversion::ParseNumber),
+            "from_unix_millis" => Some(Conversion::FromUnixMillis),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+    pub max_ms: u64,
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        BatchLimits { max_rows: 100_000, max_bytes: 16 << 20, max_ms: 1000 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ErrorMode {
+    /// To a Kafka topic, with the reason in the headers.
+    DeadLetter { topic: String },
+    Skip,
+    Fail,
+}
+
+#[derive(Debug, Clone)]
+pub struct ErrorPolicy {
+    pub mode: ErrorMode,
+    /// The share of bad messages in a block above which the pipeline stops.
+    pub max_error_rate: f64,
+}
+
+impl Default for ErrorPolicy {
+    fn default() -> Self {
+        ErrorPolicy { mode: ErrorMode::Fail, max_error_rate: 1.0 }
+    }
+}
+
+/// One thing wrong in a pipeline file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub at: Location,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}", render(path, problems))]
+    Invalid { path: PathBuf, problems: Vec<Problem> },
+}
+
+fn render(path: &Path, problems: &[Problem]) -> String {
+    let lines: Vec<String> =
+        problems.iter().map(|p| format!("{}:{}: {}", path.display(), p.at, p.message)).collect();
+    lines.join("\n")
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.at, self.message)
+    }
+}
+
+impl Pipeline {
+    /// Reads and validates a pipeline file. Relative schema paths are taken from the file's
+    /// directory.
+    pub fn load(path: &Path) -> Result<Pipeline, PipelineError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| PipelineError::Read { path: path.to_path_buf(), source })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Pipeline::parse(&text, base).map_err(|problems| PipelineError::Invalid { path: path.to_path_buf(), problems })
+    }
+
+    /// Validates pipeline text; every problem found, in file order.
+    pub fn parse(text: &str, base: &Path) -> Result<Pipeline, Vec<Problem>> {
+        check::check(text, base)
+    }
+
+    pub fn table(&self, name: &str) -> Option<&TableTarget> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+}

@@ -1,0 +1,109 @@
+//! The storage node's insert service, as the ingestor uses it.
+
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use arrow::record_batch::RecordBatch;
+use mergestream_proto::ingest::ingest_client::IngestClient;
+use mergestream_proto::ingest::{CreateTableRequest, InsertReply, InsertRequest, OffsetCommit};
+use tonic::transport::Channel;
+use tonic::Code;
+use tracing::warn;
+
+use crate::error::IngestError;
+
+#[derive(Clone)]
+pub struct StorageNode {
+    addr: String,
+    client: IngestClient<Channel>,
+}
+
+/// How an insert with an offset commit ended.
+pub enum Committed {
+    /// The block and its offset are in: the offset node is now at this version.
+    Done { version: i32 },
+    /// The offset node moved under us: another ingestor owns the partition now.
+    Refused(String),
+}
+
+impl StorageNode {
+    /// Connects, retrying for up to `patience` (the storage node may still be starting).
+    pub async fn connect(addr: &str, patience: Duration) -> Result<StorageNode, IngestError> {
+        let url = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            match IngestClient::connect(url.clone()).await {
+                Ok(client) => {
+                    let client = client.max_decoding_message_size(64 << 20).max_encoding_message_size(256 << 20);
+                    return Ok(StorageNode { addr: addr.to_string(), client });
+                }
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    warn!(addr, error = %e, "the storage node is not reachable yet");
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                Err(e) => return Err(IngestError::Storage { addr: addr.to_string(), message: e.to_string() }),
+            }
+        }
+    }
+
+    fn error(&self, status: tonic::Status) -> IngestError {
+        IngestError::Storage { addr: self.addr.clone(), message: status.message().to_string() }
+    }
+
+    /// Creates the table if it is missing; its insert schema.
+    pub async fn create_table(&self, ddl: &str) -> Result<SchemaRef, IngestError> {
+        let reply = self
+            .client
+            .clone()
+            .create_table(CreateTableRequest { ddl: ddl.to_string() })
+            .await
+            .map_err(|s| self.error(s))?
+            .into_inner();
+        let reader = StreamReader::try_new(reply.arrow_schema.as_slice(), None)
+            .map_err(|e| IngestError::Storage { addr: self.addr.clone(), message: format!("bad schema: {e}") })?;
+        Ok(reader.schema())
+    }
+
+    /// Inserts a block together with its offset. Retries, with the same token, while the
+    /// storage node is unreachable or delays inserts (too many parts): consumption waits.
+    pub async fn insert_committing(
+        &self,
+        table: &str,
+        block: &RecordBatch,
+        token: &str,
+        offset: OffsetCommit,
+    ) -> Result<Committed, IngestError> {
+        let mut bytes = Vec::new();
+        {
+            let encode = |e: arrow::error::ArrowError| IngestError::Table { table: table.to_string(), message: e.to_string() };
+            let mut writer = StreamWriter::try_new(&mut bytes, &block.schema()).map_err(encode)?;
+            writer.write(block).map_err(encode)?;
+            writer.finish().map_err(encode)?;
+        }
+        let request = InsertRequest {
+            table: table.to_string(),
+            arrow_ipc: bytes,
+            deduplication_token: token.to_string(),
+            offset: Some(offset),
+        };
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.client.clone().insert(request.clone()).await {
+                Ok(reply) => {
+                    let InsertReply { offset_version, .. } = reply.into_inner();
+                    return Ok(Committed::Done { version: offset_version });
+                }
+                Err(s) if s.code() == Code::FailedPrecondition => return Ok(Committed::Refused(s.message().to_string())),
+                Err(s) if matches!(s.code(), Code::ResourceExhausted | Code::Unavailable | Code::Unknown | Code::Cancelled) => {
+                    metrics::counter!("mergestream_ingestor_insert_retries_total").increment(1);
+                    warn!(table, token, code = ?s.code(), message = s.message(), "insert delayed; retrying the same block");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(s) => return Err(self.error(s)),
+            }
+        }
+    }
+}

