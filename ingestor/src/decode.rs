@@ -101,7 +101,9 @@ impl RowDecoder {
                     }
                     at.filter(|v| !v.is_null()).cloned()
                 }
-                ValueSource::Key => meta.key.map(|k| serde_json::Value::String(String::from_utf8_lossy(k).into_owned())),
+                ValueSource::Key => {
+                    meta.key.map(|k| serde_json::Value::String(String::from_utf8_lossy(k).into_owned()))
+                }
                 ValueSource::Topic => Some(serde_json::Value::String(meta.topic.to_string())),
                 ValueSource::Partition => Some(meta.partition.into()),
                 ValueSource::Offset => Some(meta.offset.into()),
@@ -218,7 +220,14 @@ mod tests {
     }
 
     fn meta(offset: i64) -> MessageMeta<'static> {
-        MessageMeta { topic: "x", partition: 0, offset, timestamp_ms: Some(1_700_000_000_500), key: Some(b"k"), headers: &[] }
+        MessageMeta {
+            topic: "x",
+            partition: 0,
+            offset,
+            timestamp_ms: Some(1_700_000_000_500),
+            key: Some(b"k"),
+            headers: &[],
+        }
     }
 
     #[test]
@@ -249,7 +258,8 @@ mod tests {
         );
         assert_eq!(d.decode(&serde_json::json!([1]), &meta(1)), Err(DecodeError::NotAnObject("an array")));
         let good = d.decode(&serde_json::json!({"id": 1}), &meta(1)).expect("row");
-        let bad = d.decode(&serde_json::json!({"id": "seven"}), &meta(2)).expect("decodes; the type is checked in build");
+        let bad =
+            d.decode(&serde_json::json!({"id": "seven"}), &meta(2)).expect("decodes; the type is checked in build");
         let errors = d.build(&schema, &[good.clone(), bad, good]).expect_err("row 1 does not fit");
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].0, 1);

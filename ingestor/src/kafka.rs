@@ -149,7 +149,8 @@ impl KafkaIngest {
             _ => None,
         };
         let ownership =
-            Ownership::connect(&options.coordinator, options.session_timeout, &pipeline.name, &options.instance).await?;
+            Ownership::connect(&options.coordinator, options.session_timeout, &pipeline.name, &options.instance)
+                .await?;
         ownership.register().await?;
         Ok(KafkaIngest {
             pipeline,
@@ -183,7 +184,7 @@ impl KafkaIngest {
                 },
                 _ = flush_tick.tick() => self.flush_due().await?,
                 _ = ownership_tick.tick() => {
-                    self.refresh_ownership(rounds % 10 == 0).await?;
+                    self.refresh_ownership(rounds.is_multiple_of(10)).await?;
                     rounds += 1;
                 }
                 _ = lag_tick.tick() => self.report_lag().await,
@@ -212,7 +213,8 @@ impl KafkaIngest {
         let payload = m.payload().unwrap_or_default();
         metrics::counter!("mergestream_ingestor_messages_total").increment(1);
         metrics::counter!("mergestream_ingestor_bytes_total").increment(payload.len() as u64);
-        let parsed = serde_json::from_slice::<serde_json::Value>(payload).map_err(|e| DecodeError::Malformed(e.to_string()));
+        let parsed =
+            serde_json::from_slice::<serde_json::Value>(payload).map_err(|e| DecodeError::Malformed(e.to_string()));
         let headers: Vec<(String, Vec<u8>)> = m
             .headers()
             .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
@@ -245,7 +247,11 @@ impl KafkaIngest {
                 Ok(row) => {
                     buffer.rows.push(row);
                     let keep = self.dead_letters.is_some() || matches!(self.pipeline.errors.mode, ErrorMode::Fail);
-                    buffer.origins.push((offset, if keep { payload.to_vec() } else { Vec::new() }, m.key().map(<[u8]>::to_vec)));
+                    buffer.origins.push((
+                        offset,
+                        if keep { payload.to_vec() } else { Vec::new() },
+                        m.key().map(<[u8]>::to_vec),
+                    ));
                 }
                 Err(e) => {
                     metrics::counter!("mergestream_ingestor_decode_errors_total", "kind" => e.kind()).increment(1);
@@ -304,7 +310,9 @@ impl KafkaIngest {
         let largest = self
             .owned
             .iter()
-            .flat_map(|(k, p)| p.tables.iter().enumerate().map(move |(t, tp)| (tp.buffer.as_ref().map_or(0, |b| b.bytes), k, t)))
+            .flat_map(|(k, p)| {
+                p.tables.iter().enumerate().map(move |(t, tp)| (tp.buffer.as_ref().map_or(0, |b| b.bytes), k, t))
+            })
             .max_by_key(|(bytes, _, _)| *bytes)
             .map(|(_, k, t)| (k.clone(), t));
         if let Some((key, t)) = largest {
@@ -330,9 +338,13 @@ impl KafkaIngest {
                         buffer.rows.remove(*row);
                         let (offset, payload, msg_key) = buffer.origins.remove(*row);
                         match &self.pipeline.errors.mode {
-                            ErrorMode::DeadLetter { .. } => {
-                                buffer.dead.push(DeadLetter { offset, payload, key: msg_key, reason: e.to_string(), kind: e.kind() })
-                            }
+                            ErrorMode::DeadLetter { .. } => buffer.dead.push(DeadLetter {
+                                offset,
+                                payload,
+                                key: msg_key,
+                                reason: e.to_string(),
+                                kind: e.kind(),
+                            }),
                             ErrorMode::Skip => buffer.skipped += 1,
                             ErrorMode::Fail => {
                                 return Err(IngestError::BadMessage {
@@ -350,11 +362,18 @@ impl KafkaIngest {
         let total = block.num_rows() + buffer.bad();
         let limit = self.pipeline.errors.max_error_rate;
         if total > 0 && buffer.bad() as f64 / total as f64 > limit {
-            return Err(IngestError::ErrorRate { topic: key.0.clone(), partition: key.1, bad: buffer.bad(), total, limit });
+            return Err(IngestError::ErrorRate {
+                topic: key.0.clone(),
+                partition: key.1,
+                bad: buffer.bad(),
+                total,
+                limit,
+            });
         }
         self.send_dead_letters(key, &sink.name, &mut buffer.dead).await?;
 
-        let token = format!("{}:{}:{}:{}:{}-{}", self.pipeline.name, sink.name, key.0, key.1, buffer.first, buffer.last);
+        let token =
+            format!("{}:{}:{}:{}:{}-{}", self.pipeline.name, sink.name, key.0, key.1, buffer.first, buffer.last);
         let commit = OffsetCommit {
             path: self.ownership.offset_path(&sink.name, &key.0, key.1),
             expected_version,
@@ -367,7 +386,8 @@ impl KafkaIngest {
             Committed::Done { version } => {
                 metrics::histogram!("mergestream_ingestor_insert_seconds").record(began.elapsed().as_secs_f64());
                 metrics::counter!("mergestream_ingestor_blocks_total", "table" => sink.name.clone()).increment(1);
-                metrics::counter!("mergestream_ingestor_rows_total", "table" => sink.name.clone()).increment(rows as u64);
+                metrics::counter!("mergestream_ingestor_rows_total", "table" => sink.name.clone())
+                    .increment(rows as u64);
                 debug!(token, rows, version, "block committed");
                 if let Some(owned) = self.owned.get_mut(key) {
                     owned.tables[t].position = Position { next: buffer.last + 1, version };
@@ -382,8 +402,15 @@ impl KafkaIngest {
         Ok(())
     }
 
-    async fn send_dead_letters(&self, key: &PartitionKey, table: &str, dead: &mut Vec<DeadLetter>) -> Result<(), IngestError> {
+    async fn send_dead_letters(
+        &self,
+        key: &PartitionKey,
+        table: &str,
+        dead: &mut Vec<DeadLetter>,
+    ) -> Result<(), IngestError> {
         let Some((producer, topic)) = &self.dead_letters else { return Ok(()) };
+        // In source order: bad values found when the block is built come after the others.
+        dead.sort_by_key(|d| d.offset);
         for d in dead.drain(..) {
             let offset = d.offset.to_string();
             let partition = key.1.to_string();

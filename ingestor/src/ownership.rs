@@ -30,7 +30,12 @@ pub struct Ownership {
 }
 
 impl Ownership {
-    pub async fn connect(hosts: &str, session_timeout: Duration, pipeline: &str, instance: &str) -> Result<Ownership, KeeperError> {
+    pub async fn connect(
+        hosts: &str,
+        session_timeout: Duration,
+        pipeline: &str,
+        instance: &str,
+    ) -> Result<Ownership, KeeperError> {
         let keeper = Keeper::connect(hosts, session_timeout).await?;
         Ok(Ownership { keeper, pipeline: pipeline.to_string(), instance: instance.to_string() })
     }
@@ -61,7 +66,12 @@ impl Ownership {
 
     /// Takes the partition if nobody owns it.
     pub async fn try_own(&self, topic: &str, partition: i32) -> Result<Option<EphemeralLock>, KeeperError> {
-        EphemeralLock::try_acquire(&self.keeper, &owner_path(&self.pipeline, topic, partition), self.instance.as_bytes()).await
+        EphemeralLock::try_acquire(
+            &self.keeper,
+            &owner_path(&self.pipeline, topic, partition),
+            self.instance.as_bytes(),
+        )
+        .await
     }
 
     pub async fn release(&self, lock: EphemeralLock) -> Result<(), KeeperError> {
@@ -77,7 +87,8 @@ impl Ownership {
         let path = self.offset_path(table, topic, partition);
         loop {
             if let Some(v) = self.keeper.get(&path).await? {
-                let record = OffsetRecord::decode(&v.data).unwrap_or(OffsetRecord { next: BEGINNING, token: String::new() });
+                let record =
+                    OffsetRecord::decode(&v.data).unwrap_or(OffsetRecord { next: BEGINNING, token: String::new() });
                 return Ok(Position { next: record.next, version: v.version });
             }
             if let Some((parent, _)) = path.rsplit_once('/') {

@@ -77,7 +77,8 @@ impl StorageNode {
     ) -> Result<Committed, IngestError> {
         let mut bytes = Vec::new();
         {
-            let encode = |e: arrow::error::ArrowError| IngestError::Table { table: table.to_string(), message: e.to_string() };
+            let encode =
+                |e: arrow::error::ArrowError| IngestError::Table { table: table.to_string(), message: e.to_string() };
             let mut writer = StreamWriter::try_new(&mut bytes, &block.schema()).map_err(encode)?;
             writer.write(block).map_err(encode)?;
             writer.finish().map_err(encode)?;
@@ -95,8 +96,15 @@ impl StorageNode {
                     let InsertReply { offset_version, .. } = reply.into_inner();
                     return Ok(Committed::Done { version: offset_version });
                 }
-                Err(s) if s.code() == Code::FailedPrecondition => return Ok(Committed::Refused(s.message().to_string())),
-                Err(s) if matches!(s.code(), Code::ResourceExhausted | Code::Unavailable | Code::Unknown | Code::Cancelled) => {
+                Err(s) if s.code() == Code::FailedPrecondition => {
+                    return Ok(Committed::Refused(s.message().to_string()))
+                }
+                Err(s)
+                    if matches!(
+                        s.code(),
+                        Code::ResourceExhausted | Code::Unavailable | Code::Unknown | Code::Cancelled
+                    ) =>
+                {
                     metrics::counter!("mergestream_ingestor_insert_retries_total").increment(1);
                     warn!(table, token, code = ?s.code(), message = s.message(), "insert delayed; retrying the same block");
                     tokio::time::sleep(backoff).await;

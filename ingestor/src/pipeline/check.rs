@@ -11,7 +11,12 @@ use super::*;
 pub(super) fn check(text: &str, base: &Path) -> Result<Pipeline, Vec<Problem>> {
     let root = match yaml::parse(text) {
         Ok(Some(root)) => root,
-        Ok(None) => return Err(vec![Problem { at: Location { line: 1, column: 1 }, message: "the file is empty: expected a pipeline mapping (name, source, format, tables)".into() }]),
+        Ok(None) => {
+            return Err(vec![Problem {
+                at: Location { line: 1, column: 1 },
+                message: "the file is empty: expected a pipeline mapping (name, source, format, tables)".into(),
+            }])
+        }
         Err(e) => return Err(vec![Problem { at: e.at, message: format!("not valid YAML: {}", e.message) }]),
     };
     let mut checker = Checker { text, base, problems: Vec::new() };
@@ -51,7 +56,10 @@ impl<'a> Checker<'a> {
     /// mapping in messages ("source.kafka").
     fn fields<'n>(&mut self, node: &'n Node, what: &str, allowed: &[&str], required: &[&str]) -> Option<Fields<'n>> {
         let Value::Mapping(entries) = &node.value else {
-            self.problem(node.at, format!("{what}: expected a mapping with keys {}, found {}", allowed.join(", "), node.kind()));
+            self.problem(
+                node.at,
+                format!("{what}: expected a mapping with keys {}, found {}", allowed.join(", "), node.kind()),
+            );
             return None;
         };
         let mut fields = Fields { at: node.at, entries: BTreeMap::new() };
@@ -78,7 +86,9 @@ impl<'a> Checker<'a> {
 
     fn string(&mut self, node: &Node, what: &str) -> Option<String> {
         match &node.value {
-            Value::Scalar { text, .. } | Value::Block(text) if !node.is_null() && !text.is_empty() => Some(text.clone()),
+            Value::Scalar { text, .. } | Value::Block(text) if !node.is_null() && !text.is_empty() => {
+                Some(text.clone())
+            }
             _ => {
                 self.problem(node.at, format!("{what}: expected a non-empty string, found {}", node.kind()));
                 None
@@ -94,18 +104,27 @@ impl<'a> Checker<'a> {
             }
             Value::Scalar { .. } => self.string(node, what).map(|s| vec![s]),
             _ => {
-                self.problem(node.at, format!("{what}: expected a string or a non-empty list of strings, found {}", node.kind()));
+                self.problem(
+                    node.at,
+                    format!("{what}: expected a string or a non-empty list of strings, found {}", node.kind()),
+                );
                 None
             }
         }
     }
 
     fn positive(&mut self, node: &Node, what: &str) -> Option<u64> {
-        let parsed = node.as_scalar().and_then(|s| parse_size(s));
+        let parsed = node.as_scalar().and_then(parse_size);
         match parsed {
             Some(n) if n > 0 => Some(n),
             _ => {
-                self.problem(node.at, format!("{what}: expected a positive whole number (sizes may end in KiB, MiB or GiB), found `{}`", node.as_scalar().unwrap_or(node.kind())));
+                self.problem(
+                    node.at,
+                    format!(
+                        "{what}: expected a positive whole number (sizes may end in KiB, MiB or GiB), found `{}`",
+                        node.as_scalar().unwrap_or(node.kind())
+                    ),
+                );
                 None
             }
         }
@@ -123,7 +142,10 @@ impl<'a> Checker<'a> {
             if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
                 Some(name)
             } else {
-                self.problem(n.at, format!("name: `{name}` may hold only letters, digits, `_` and `-` (it names coordinator nodes)"));
+                self.problem(
+                    n.at,
+                    format!("name: `{name}` may hold only letters, digits, `_` and `-` (it names coordinator nodes)"),
+                );
                 None
             }
         });
@@ -170,7 +192,12 @@ impl<'a> Checker<'a> {
     }
 
     fn kafka(&mut self, node: &Node, pipeline: &str) -> Option<KafkaSource> {
-        let f = self.fields(node, "source.kafka", &["brokers", "topics", "group_id", "properties"], &["brokers", "topics"])?;
+        let f = self.fields(
+            node,
+            "source.kafka",
+            &["brokers", "topics", "group_id", "properties"],
+            &["brokers", "topics"],
+        )?;
         let brokers = f.get("brokers").and_then(|n| self.strings(n, "source.kafka.brokers")).map(|b| b.join(","));
         let topics = f.get("topics").and_then(|n| self.strings(n, "source.kafka.topics"));
         let group_id = match f.get("group_id") {
@@ -183,25 +210,44 @@ impl<'a> Checker<'a> {
                 Value::Mapping(entries) => {
                     for (k, v) in entries {
                         let (Some(key), Some(value)) = (k.as_scalar(), v.as_scalar()) else {
-                            self.problem(k.at, "source.kafka.properties: expected `name: value` pairs of librdkafka settings");
+                            self.problem(
+                                k.at,
+                                "source.kafka.properties: expected `name: value` pairs of librdkafka settings",
+                            );
                             continue;
                         };
                         // These belong to the ingestor: the position comes from the coordinator.
-                        if matches!(key, "bootstrap.servers" | "group.id" | "enable.auto.commit" | "enable.auto.offset.store") {
-                            self.problem(k.at, format!("source.kafka.properties: `{key}` is set by the ingestor (use brokers / group_id)"));
+                        if matches!(
+                            key,
+                            "bootstrap.servers" | "group.id" | "enable.auto.commit" | "enable.auto.offset.store"
+                        ) {
+                            self.problem(
+                                k.at,
+                                format!(
+                                    "source.kafka.properties: `{key}` is set by the ingestor (use brokers / group_id)"
+                                ),
+                            );
                             continue;
                         }
                         properties.insert(key.to_string(), value.to_string());
                     }
                 }
-                _ => self.problem(n.at, format!("source.kafka.properties: expected a mapping of librdkafka settings, found {}", n.kind())),
+                _ => self.problem(
+                    n.at,
+                    format!("source.kafka.properties: expected a mapping of librdkafka settings, found {}", n.kind()),
+                ),
             }
         }
         Some(KafkaSource { brokers: brokers?, topics: topics?, group_id: group_id?, properties })
     }
 
     fn nats(&mut self, node: &Node) -> Option<NatsSource> {
-        let f = self.fields(node, "source.nats", &["url", "stream", "consumer", "subjects"], &["url", "stream", "consumer"])?;
+        let f = self.fields(
+            node,
+            "source.nats",
+            &["url", "stream", "consumer", "subjects"],
+            &["url", "stream", "consumer"],
+        )?;
         let url = f.get("url").and_then(|n| self.string(n, "source.nats.url"));
         let stream = f.get("stream").and_then(|n| self.string(n, "source.nats.stream"));
         let consumer = f.get("consumer").and_then(|n| self.string(n, "source.nats.consumer"));
@@ -217,13 +263,17 @@ impl<'a> Checker<'a> {
             return match word {
                 "json" => Some(Format::Json),
                 _ => {
-                    self.problem(node.at, format!("format: unknown format `{word}`; expected json, avro or avro-confluent"));
+                    self.problem(
+                        node.at,
+                        format!("format: unknown format `{word}`; expected json, avro or avro-confluent"),
+                    );
                     None
                 }
             };
         }
         let f = self.fields(node, "format", &["json", "avro", "avro-confluent"], &[])?;
-        let given: Vec<&str> = ["json", "avro", "avro-confluent"].into_iter().filter(|k| f.entries.contains_key(k)).collect();
+        let given: Vec<&str> =
+            ["json", "avro", "avro-confluent"].into_iter().filter(|k| f.entries.contains_key(k)).collect();
         if given.len() != 1 {
             self.problem(f.at, "format: expected exactly one of json, avro, avro-confluent");
             return None;
@@ -244,7 +294,8 @@ impl<'a> Checker<'a> {
             _ => {
                 let n = f.entries["avro-confluent"].1;
                 let a = self.fields(n, "format.avro-confluent", &["registry_url", "schemas"], &[])?;
-                let registry_url = a.get("registry_url").and_then(|u| self.string(u, "format.avro-confluent.registry_url"));
+                let registry_url =
+                    a.get("registry_url").and_then(|u| self.string(u, "format.avro-confluent.registry_url"));
                 let mut schemas = BTreeMap::new();
                 if let Some(map) = a.get("schemas") {
                     match &map.value {
@@ -259,11 +310,17 @@ impl<'a> Checker<'a> {
                                 }
                             }
                         }
-                        _ => self.problem(map.at, "format.avro-confluent.schemas: expected a mapping of schema id to .avsc file"),
+                        _ => self.problem(
+                            map.at,
+                            "format.avro-confluent.schemas: expected a mapping of schema id to .avsc file",
+                        ),
                     }
                 }
                 if registry_url.is_none() && schemas.is_empty() {
-                    self.problem(n.at, "format.avro-confluent: give `registry_url` or `schemas` (id: file.avsc) to resolve schema ids");
+                    self.problem(
+                        n.at,
+                        "format.avro-confluent: give `registry_url` or `schemas` (id: file.avsc) to resolve schema ids",
+                    );
                     return None;
                 }
                 Some(Format::AvroConfluent { registry_url, schemas })
@@ -348,7 +405,10 @@ impl<'a> Checker<'a> {
 
     fn columns(&mut self, node: &Node, def: &TableDef) -> Option<Vec<ColumnMapping>> {
         let Value::Mapping(entries) = &node.value else {
-            self.problem(node.at, format!("tables[].columns: expected a mapping of column name to its source, found {}", node.kind()));
+            self.problem(
+                node.at,
+                format!("tables[].columns: expected a mapping of column name to its source, found {}", node.kind()),
+            );
             return None;
         };
         let mut out = Vec::new();
@@ -361,7 +421,14 @@ impl<'a> Checker<'a> {
             };
             let Some(col) = def.columns.iter().find(|c| c.name == column) else {
                 let names: Vec<&str> = def.columns.iter().map(|c| c.name.as_str()).collect();
-                self.problem(key.at, format!("tables[].columns: `{column}` is not a column of {}; its columns are {}", def.name, names.join(", ")));
+                self.problem(
+                    key.at,
+                    format!(
+                        "tables[].columns: `{column}` is not a column of {}; its columns are {}",
+                        def.name,
+                        names.join(", ")
+                    ),
+                );
                 ok = false;
                 continue;
             };
@@ -432,7 +499,13 @@ impl<'a> Checker<'a> {
                 match Conversion::parse(&name) {
                     Some(conv) => Some(conv),
                     None => {
-                        self.problem(c.at, format!("{what}: unknown conversion `{name}`; expected one of: {}", Conversion::NAMES.join(", ")));
+                        self.problem(
+                            c.at,
+                            format!(
+                                "{what}: unknown conversion `{name}`; expected one of: {}",
+                                Conversion::NAMES.join(", ")
+                            ),
+                        );
                         return None;
                     }
                 }
@@ -467,7 +540,8 @@ impl<'a> Checker<'a> {
         let f = self.fields(node, "batch", &["max_rows", "max_bytes", "max_ms"], &[])?;
         let defaults = BatchLimits::default();
         let max_rows = f.get("max_rows").map_or(Some(defaults.max_rows as u64), |n| self.positive(n, "batch.max_rows"));
-        let max_bytes = f.get("max_bytes").map_or(Some(defaults.max_bytes as u64), |n| self.positive(n, "batch.max_bytes"));
+        let max_bytes =
+            f.get("max_bytes").map_or(Some(defaults.max_bytes as u64), |n| self.positive(n, "batch.max_bytes"));
         let max_ms = f.get("max_ms").map_or(Some(defaults.max_ms), |n| self.positive(n, "batch.max_ms"));
         Some(BatchLimits { max_rows: max_rows? as usize, max_bytes: max_bytes? as usize, max_ms: max_ms? })
     }
@@ -486,7 +560,10 @@ impl<'a> Checker<'a> {
                 }
             },
             other => {
-                self.problem(mode_node.at, format!("errors.mode: unknown mode `{}`; expected dead_letter, skip or fail", other.unwrap_or("")));
+                self.problem(
+                    mode_node.at,
+                    format!("errors.mode: unknown mode `{}`; expected dead_letter, skip or fail", other.unwrap_or("")),
+                );
                 None
             }
         };
@@ -565,7 +642,10 @@ errors: { mode: dead_letter, dead_letter_topic: orders-bad, max_error_rate: 0.5 
         let p = Pipeline::parse(GOOD, Path::new(".")).expect("valid");
         assert_eq!(p.name, "orders");
         let Source::Kafka(k) = &p.source else { panic!("kafka") };
-        assert_eq!((k.group_id.as_str(), k.properties["security.protocol"].as_str()), ("mergestream-orders", "plaintext"));
+        assert_eq!(
+            (k.group_id.as_str(), k.properties["security.protocol"].as_str()),
+            ("mergestream-orders", "plaintext")
+        );
         assert_eq!(p.tables[0].columns[1].source, ValueSource::Field(vec!["order".into(), "amount".into()]));
         assert_eq!(p.batch.max_bytes, 4 << 20);
         assert_eq!(p.errors.mode, ErrorMode::DeadLetter { topic: "orders-bad".into() });
@@ -591,7 +671,13 @@ errors: { mode: dead_letter, dead_letter_topic: orders-bad, max_error_rate: 0.5 
         let bad = GOOD.replace("ENGINE = ReplacingMergeTree ORDER BY id", "ENGINE = ReplacingMergeTree ORDR BY id");
         let found = problems(&bad);
         assert_eq!(found.len(), 1, "{found:#?}");
-        assert!(found[0].starts_with("12:35: tables[].ddl: expected ENGINE, PARTITION BY, ORDER BY, PRIMARY KEY or SETTINGS, found 'ORDR'"), "{}", found[0]);
+        assert!(
+            found[0].starts_with(
+                "12:35: tables[].ddl: expected ENGINE, PARTITION BY, ORDER BY, PRIMARY KEY or SETTINGS, found 'ORDR'"
+            ),
+            "{}",
+            found[0]
+        );
     }
 
     #[test]

@@ -134,7 +134,9 @@ impl Default for BatchLimits {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ErrorMode {
     /// To a Kafka topic, with the reason in the headers.
-    DeadLetter { topic: String },
+    DeadLetter {
+        topic: String,
+    },
     Skip,
     Fail,
 }
@@ -168,8 +170,7 @@ pub enum PipelineError {
 }
 
 fn render(path: &Path, problems: &[Problem]) -> String {
-    let lines: Vec<String> =
-        problems.iter().map(|p| format!("{}:{}: {}", path.display(), p.at, p.message)).collect();
+    let lines: Vec<String> = problems.iter().map(|p| format!("{}:{}: {}", path.display(), p.at, p.message)).collect();
     lines.join("\n")
 }
 

@@ -29,7 +29,10 @@ impl From<Marker> for Location {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     /// A scalar as written; `quoted` scalars (and block scalars) are always strings.
-    Scalar { text: String, quoted: bool },
+    Scalar {
+        text: String,
+        quoted: bool,
+    },
     /// A literal (`|`) or folded (`>`) block scalar: its node's place is its first content
     /// line, so positions inside the text map line by line onto the file.
     Block(String),
@@ -120,7 +123,9 @@ impl MarkedEventReceiver for TreeBuilder {
                 };
                 self.push_value(Node { value, at });
             }
-            Event::Alias(_) => self.push_value(Node { value: Value::Scalar { text: String::new(), quoted: false }, at }),
+            Event::Alias(_) => {
+                self.push_value(Node { value: Value::Scalar { text: String::new(), quoted: false }, at })
+            }
             Event::SequenceStart(..) => self.stack.push((Node { value: Value::Sequence(Vec::new()), at }, None)),
             Event::MappingStart(..) => self.stack.push((Node { value: Value::Mapping(Vec::new()), at }, None)),
             Event::SequenceEnd | Event::MappingEnd => {

@@ -64,7 +64,9 @@ impl Coordinator {
     async fn read_offset(&self, path: &str) -> Result<Option<(OffsetRecord, i32)>, KeeperError> {
         let k = self.keeper().await?;
         match k.get(path).await {
-            Ok(v) => Ok(v.map(|v| (OffsetRecord::decode(&v.data).unwrap_or(OffsetRecord { next: 0, token: String::new() }), v.version))),
+            Ok(v) => Ok(v.map(|v| {
+                (OffsetRecord::decode(&v.data).unwrap_or(OffsetRecord { next: 0, token: String::new() }), v.version)
+            })),
             Err(e) => {
                 self.forget_if_lost(&e).await;
                 Err(e)
@@ -96,7 +98,8 @@ fn schema_bytes(table: &Table) -> Result<Vec<u8>, Status> {
 }
 
 fn decode_block(table: &Table, bytes: &[u8]) -> Result<RecordBatch, Status> {
-    let bad = |e: arrow::error::ArrowError| Status::invalid_argument(format!("the block is not an Arrow IPC stream: {e}"));
+    let bad =
+        |e: arrow::error::ArrowError| Status::invalid_argument(format!("the block is not an Arrow IPC stream: {e}"));
     let reader = StreamReader::try_new(bytes, None).map_err(bad)?;
     let batches = reader.collect::<Result<Vec<_>, _>>().map_err(bad)?;
     let schema = table.user_schema();
@@ -273,7 +276,12 @@ impl Ingest for IngestService {
                 let rows = batch.num_rows() as u64;
                 let options = InsertOptions { deduplication_token: token };
                 let summary = blocking(move || table.insert(batch, &options)).await?.map_err(engine_status)?;
-                InsertReply { rows, duplicate: summary.deduplicated > 0 && summary.parts.is_empty(), parts: summary.parts, offset_version: -1 }
+                InsertReply {
+                    rows,
+                    duplicate: summary.deduplicated > 0 && summary.parts.is_empty(),
+                    parts: summary.parts,
+                    offset_version: -1,
+                }
             }
         };
         metrics::histogram!("mergestream_storage_insert_seconds").record(began.elapsed().as_secs_f64());

@@ -159,7 +159,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         Catalog::open(&args.path, args.merge_threads)
             .with_context(|| format!("cannot open the data directory {}", args.path.display()))?,
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     runtime.block_on(async move {
         let coordinator = args.coordinator.map(|hosts| {
             Arc::new(ingest::Coordinator::new(hosts, std::time::Duration::from_millis(args.session_timeout_ms)))
@@ -189,7 +190,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn run_client(args: ClientArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     let output = runtime.block_on(async {
         let url = format!("http://{}", args.addr);
         let mut client = mergestream_proto::ingest::ingest_client::IngestClient::connect(url)

@@ -70,31 +70,31 @@ impl DataPart {
 /// A part directory's meta.json, its size on disk and its index, after checking every file
 /// against the checksums in meta.json. `label` names the part in errors.
 pub(crate) fn verified_files(dir: &Path, label: &str) -> Result<(PartMeta, u64, RecordBatch)> {
-        let meta = PartMeta::read(dir)?;
-        if meta.format_version != meta::FORMAT_VERSION {
+    let meta = PartMeta::read(dir)?;
+    if meta.format_version != meta::FORMAT_VERSION {
+        return Err(EngineError::CorruptPart {
+            part: label.to_string(),
+            message: format!("unknown part format version {}", meta.format_version),
+        });
+    }
+    let mut bytes_on_disk = 0;
+    for (file, expected) in &meta.files {
+        let actual = meta::checksum_file(&dir.join(file)).map_err(|e| EngineError::CorruptPart {
+            part: label.to_string(),
+            message: format!("cannot read {file}: {e}"),
+        })?;
+        if &actual != expected {
             return Err(EngineError::CorruptPart {
                 part: label.to_string(),
-                message: format!("unknown part format version {}", meta.format_version),
+                message: format!(
+                    "checksum mismatch in {file}: expected size {} crc32 {:08x}, found size {} crc32 {:08x}",
+                    expected.size, expected.crc32, actual.size, actual.crc32
+                ),
             });
         }
-        let mut bytes_on_disk = 0;
-        for (file, expected) in &meta.files {
-            let actual = meta::checksum_file(&dir.join(file)).map_err(|e| EngineError::CorruptPart {
-                part: label.to_string(),
-                message: format!("cannot read {file}: {e}"),
-            })?;
-            if &actual != expected {
-                return Err(EngineError::CorruptPart {
-                    part: label.to_string(),
-                    message: format!(
-                        "checksum mismatch in {file}: expected size {} crc32 {:08x}, found size {} crc32 {:08x}",
-                        expected.size, expected.crc32, actual.size, actual.crc32
-                    ),
-                });
-            }
-            bytes_on_disk += actual.size;
-        }
-        let index = reader::read_index(&dir.join(meta::INDEX_FILE))?;
+        bytes_on_disk += actual.size;
+    }
+    let index = reader::read_index(&dir.join(meta::INDEX_FILE))?;
     Ok((meta, bytes_on_disk, index))
 }
 

@@ -35,6 +35,9 @@ pub struct InsertSummary {
 pub const PREPARED_PREFIX: &str = "prepared_";
 const PREPARED_RECORD: &str = "insert.json";
 
+/// A part written by an insert and the dedup id it commits with.
+type WrittenPart = (ClosedPart, Option<String>);
+
 /// What a prepared insert keeps beside its parts.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PreparedRecord {
@@ -48,7 +51,7 @@ pub struct PreparedRecord {
 pub struct PreparedInsert {
     dir: std::path::PathBuf,
     pub record: PreparedRecord,
-    parts: Vec<(ClosedPart, Option<String>)>,
+    parts: Vec<WrittenPart>,
 }
 
 /// A block sorted by its key, and whether two of its rows share a key.
@@ -152,7 +155,7 @@ impl Table {
     pub fn prepare_insert(&self, batch: RecordBatch, options: &InsertOptions, context: &str) -> Result<PreparedInsert> {
         let (written, summary) = self.write_parts(batch, options)?;
         let dir = self.dir.join(format!("{PREPARED_PREFIX}{}", unique_suffix()));
-        let fail = |e: EngineError, written: Vec<(ClosedPart, Option<String>)>| {
+        let fail = |e: EngineError, written: Vec<WrittenPart>| {
             written.into_iter().for_each(|(part, _)| part.abort());
             let _ = std::fs::remove_dir_all(&dir);
             e
@@ -160,7 +163,11 @@ impl Table {
         if let Err(e) = std::fs::create_dir(&dir) {
             return Err(fail(EngineError::Io { path: dir.clone(), source: e }, written));
         }
-        let record = PreparedRecord { token: options.deduplication_token.clone(), context: context.to_string(), rows: summary.rows };
+        let record = PreparedRecord {
+            token: options.deduplication_token.clone(),
+            context: context.to_string(),
+            rows: summary.rows,
+        };
         let record_path = dir.join(PREPARED_RECORD);
         let json = match serde_json::to_vec(&record) {
             Ok(json) => json,
@@ -247,7 +254,7 @@ impl Table {
         &self,
         batch: RecordBatch,
         options: &InsertOptions,
-    ) -> Result<(Vec<(ClosedPart, Option<String>)>, InsertSummary)> {
+    ) -> Result<(Vec<WrittenPart>, InsertSummary)> {
         self.check_block(&batch)?;
         let summary = InsertSummary { rows: batch.num_rows(), ..Default::default() };
         if batch.num_rows() == 0 {
@@ -285,7 +292,7 @@ impl Table {
         Ok((closed, summary))
     }
 
-    fn commit_written(&self, written: Vec<(ClosedPart, Option<String>)>, summary: &mut InsertSummary) -> Result<()> {
+    fn commit_written(&self, written: Vec<WrittenPart>, summary: &mut InsertSummary) -> Result<()> {
         for (part, dedup_id) in written {
             if part.meta().rows == 0 {
                 // Everything collapsed away inside the block (e.g. zero sums).

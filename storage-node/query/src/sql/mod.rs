@@ -16,7 +16,11 @@ pub fn parse_create_table_statement(text: &str) -> Result<(TableDef, bool)> {
     let tokens = lexer::tokenize(text)?;
     let spans = lexer::split_statements(text)?;
     if spans.len() != 1 {
-        return Err(QueryError::syntax(text, spans.get(1).map_or(0, |s| s.0), "expected exactly one CREATE TABLE statement"));
+        return Err(QueryError::syntax(
+            text,
+            spans.get(1).map_or(0, |s| s.0),
+            "expected exactly one CREATE TABLE statement",
+        ));
     }
     match statement::parse_statement(text, &tokens, spans[0].1)? {
         statement::Statement::CreateTable { def, if_not_exists } => {
