@@ -250,11 +250,7 @@ impl Table {
     }
 
     /// Splits, sorts and writes a block's parts; each is durable under a temporary name.
-    fn write_parts(
-        &self,
-        batch: RecordBatch,
-        options: &InsertOptions,
-    ) -> Result<(Vec<WrittenPart>, InsertSummary)> {
+    fn write_parts(&self, batch: RecordBatch, options: &InsertOptions) -> Result<(Vec<WrittenPart>, InsertSummary)> {
         self.check_block(&batch)?;
         let summary = InsertSummary { rows: batch.num_rows(), ..Default::default() };
         if batch.num_rows() == 0 {
