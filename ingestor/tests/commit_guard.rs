@@ -14,7 +14,8 @@ use mergestream_ingestor::sink::{Committed, StorageNode};
 use mergestream_proto::ingest::ingest_client::IngestClient;
 use mergestream_proto::ingest::{OffsetCommit, QueryRequest};
 
-struct Process(Child, tempfile::TempDir);
+/// A child process and the directory it works in (removed when the test ends).
+struct Process(Child, #[allow(dead_code)] tempfile::TempDir);
 
 impl Drop for Process {
     fn drop(&mut self) {
