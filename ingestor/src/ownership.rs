@@ -87,14 +87,14 @@ impl Ownership {
         let path = self.offset_path(table, topic, partition);
         loop {
             if let Some(v) = self.keeper.get(&path).await? {
-                let record =
-                    OffsetRecord::decode(&v.data).unwrap_or(OffsetRecord { next: BEGINNING, token: String::new() });
+                let record = OffsetRecord::decode(&v.data)
+                    .unwrap_or(OffsetRecord { next: BEGINNING, ..OffsetRecord::default() });
                 return Ok(Position { next: record.next, version: v.version });
             }
             if let Some((parent, _)) = path.rsplit_once('/') {
                 self.keeper.ensure_path(parent).await?;
             }
-            let start = OffsetRecord { next: BEGINNING, token: String::new() }.encode();
+            let start = OffsetRecord { next: BEGINNING, ..OffsetRecord::default() }.encode();
             match self.keeper.create(&path, &start, NodeKind::Persistent).await {
                 Ok(_) => {}
                 Err(e) if e.is_node_exists() => {}

@@ -8,13 +8,17 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OffsetRecord {
     /// The first position not yet in the table.
     pub next: i64,
     /// The token of the block that moved the position here; empty before the first block.
     #[serde(default)]
     pub token: String,
+    /// Which attempt at that block did it: retries of one block share its token, and only
+    /// the attempt named here may make its parts visible.
+    #[serde(default)]
+    pub attempt: String,
 }
 
 impl OffsetRecord {
@@ -44,9 +48,9 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_junk_is_none() {
-        let record = OffsetRecord { next: 42, token: "orders-t-0-0-41".into() };
+        let record = OffsetRecord { next: 42, token: "orders-t-0-0-41".into(), attempt: "1-7".into() };
         assert_eq!(OffsetRecord::decode(&record.encode()), Some(record));
-        assert_eq!(OffsetRecord::decode(br#"{"next":7}"#), Some(OffsetRecord { next: 7, token: String::new() }));
+        assert_eq!(OffsetRecord::decode(br#"{"next":7}"#), Some(OffsetRecord { next: 7, ..OffsetRecord::default() }));
         assert_eq!(OffsetRecord::decode(b"seven"), None);
     }
 }

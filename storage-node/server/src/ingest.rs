@@ -5,7 +5,8 @@
 //! version, and only then do the parts become active. The compare-and-set is the commit
 //! point: a writer holding a stale version (a zombie ingestor) is refused and its parts are
 //! dropped. Prepared inserts whose outcome is unknown (a crash, a lost coordinator reply) are
-//! resolved by reading the offset node back: its token says whether the block committed.
+//! resolved by reading the offset node back: the attempt id it names says whether this
+//! attempt committed, and its token whether an earlier attempt at the same block did.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,15 @@ use tracing::{info, warn};
 struct PendingCommit {
     path: String,
     token: String,
+    /// Unique to this attempt: a retry of the same block (same token) has another one.
+    attempt: String,
+}
+
+fn new_attempt_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{started:x}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A coordinator session that is made again when it is lost.
@@ -64,9 +74,7 @@ impl Coordinator {
     async fn read_offset(&self, path: &str) -> Result<Option<(OffsetRecord, i32)>, KeeperError> {
         let k = self.keeper().await?;
         match k.get(path).await {
-            Ok(v) => Ok(v.map(|v| {
-                (OffsetRecord::decode(&v.data).unwrap_or(OffsetRecord { next: 0, token: String::new() }), v.version)
-            })),
+            Ok(v) => Ok(v.map(|v| (OffsetRecord::decode(&v.data).unwrap_or_default(), v.version))),
             Err(e) => {
                 self.forget_if_lost(&e).await;
                 Err(e)
@@ -125,7 +133,7 @@ impl IngestService {
         self.catalog.table(name).map_err(|e| Status::not_found(e.to_string()))
     }
 
-    /// Commits or drops the prepared inserts a crash left behind, by the token in each one's
+    /// Commits or drops the prepared inserts a crash left behind, by the attempt in each one's
     /// offset node. Runs before the service accepts inserts.
     pub async fn recover(&self) -> anyhow::Result<()> {
         for table in self.catalog.tables() {
@@ -142,7 +150,7 @@ impl IngestService {
                 let committed = coordinator
                     .read_offset(&pending.path)
                     .await?
-                    .is_some_and(|(record, _)| record.token == pending.token);
+                    .is_some_and(|(record, _)| record.attempt == pending.attempt);
                 info!(table = table.name(), token = pending.token, committed, "resolving a prepared insert");
                 let t = table.clone();
                 if committed {
@@ -167,13 +175,15 @@ impl IngestService {
             .clone()
             .ok_or_else(|| Status::failed_precondition("this storage node has no coordinator (--coordinator)"))?;
         let rows = batch.num_rows() as u64;
-        let context = serde_json::to_string(&PendingCommit { path: offset.path.clone(), token: token.clone() })
-            .map_err(|e| Status::internal(e.to_string()))?;
+        let attempt = new_attempt_id();
+        let pending = PendingCommit { path: offset.path.clone(), token: token.clone(), attempt: attempt.clone() };
+        let context = serde_json::to_string(&pending).map_err(|e| Status::internal(e.to_string()))?;
         let options = InsertOptions { deduplication_token: Some(token.clone()) };
         let t = table.clone();
         let prepared = blocking(move || t.prepare_insert(batch, &options, &context)).await?.map_err(engine_status)?;
 
-        let record = OffsetRecord { next: offset.next_position, token: token.clone() }.encode();
+        let record =
+            OffsetRecord { next: offset.next_position, token: token.clone(), attempt: attempt.clone() }.encode();
         let outcome = match coordinator.keeper().await {
             Ok(k) => k.set(&offset.path, &record, Some(offset.expected_version)).await,
             Err(e) => Err(e),
@@ -187,20 +197,21 @@ impl IngestService {
             }
             Err(e) => {
                 coordinator.forget_if_lost(&e).await;
-                self.settle_unknown(&coordinator, table, prepared, &offset, &token, e).await
+                self.settle_unknown(&coordinator, table, prepared, &offset, &pending, e).await
             }
         }
     }
 
-    /// After a failed compare-and-set: reads the offset node back. If it carries this block's
-    /// token the block did commit (an earlier try, or this one before the connection broke).
+    /// After a failed compare-and-set: reads the offset node back. If it names this attempt,
+    /// the write went through before the connection broke; if it names another attempt at the
+    /// same token, an earlier try committed the block and this one adds nothing.
     async fn settle_unknown(
         &self,
         coordinator: &Coordinator,
         table: Arc<Table>,
         prepared: PreparedInsert,
         offset: &mergestream_proto::ingest::OffsetCommit,
-        token: &str,
+        pending: &PendingCommit,
         error: KeeperError,
     ) -> Result<InsertReply, Status> {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -218,12 +229,12 @@ impl IngestService {
             }
         };
         match current {
-            Some((record, version)) if record.token == token && error.is_connection_loss() => {
+            Some((record, version)) if record.attempt == pending.attempt => {
                 let rows = prepared.record.rows as u64;
                 let summary = blocking(move || table.commit_prepared(prepared)).await?.map_err(engine_status)?;
                 Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version: version })
             }
-            Some((record, version)) if record.token == token => {
+            Some((record, version)) if record.token == pending.token => {
                 // A retry of a block that already committed: nothing to add.
                 blocking(move || table.abort_prepared(prepared)).await?;
                 metrics::counter!("mergestream_storage_blocks_duplicate_total").increment(1);
