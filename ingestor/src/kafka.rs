@@ -468,13 +468,21 @@ impl KafkaIngest {
             self.owned.clear();
             self.in_flight_bytes = 0;
             self.reassign()?;
-            self.ownership = Ownership::connect(
+            let fresh = Ownership::connect(
                 &self.options.coordinator,
                 self.options.session_timeout,
                 &self.pipeline.name,
                 &self.options.instance,
             )
-            .await?;
+            .await;
+            // An unreachable coordinator is waited out, not fatal: the next round tries again.
+            match fresh {
+                Ok(fresh) => self.ownership = fresh,
+                Err(e) => {
+                    warn!(error = %e, "the coordinator is not reachable yet");
+                    return Ok(());
+                }
+            }
             self.ownership.register().await?;
         }
         if !self.ownership.connected() {
