@@ -17,6 +17,12 @@ pub enum IngestError {
     BadMessage { topic: String, partition: i32, offset: i64, reason: String },
     #[error("{topic}/{partition}: {bad} of {total} messages in a block were bad, above errors.max_error_rate {limit}")]
     ErrorRate { topic: String, partition: i32, bad: usize, total: usize, limit: f64 },
-    #[error("{0} is not supported by `ingestor run` yet")]
-    Unsupported(&'static str),
+    #[error("nats: {0}")]
+    Nats(String),
+    #[error("Avro schema {path}: {message}")]
+    Schema { path: std::path::PathBuf, message: String },
+    #[error("the schema registry {url}: {message}")]
+    SchemaRegistry { url: String, message: String },
+    #[error("a background task failed: {0}")]
+    Task(String),
 }

@@ -5,11 +5,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use mergestream_ingestor::kafka::{KafkaIngest, RunOptions};
 use mergestream_ingestor::pipeline::{Pipeline, PipelineError, Source};
+use mergestream_ingestor::runner::{RunOptions, Runner};
+use mergestream_ingestor::source::kafka::Kafka;
+use mergestream_ingestor::source::nats::Nats;
 
 #[derive(Parser)]
-#[command(name = "ingestor", version, about = "Kafka → mergestream tables, exactly once")]
+#[command(name = "ingestor", version, about = "Kafka and NATS JetStream → mergestream tables, exactly once")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -103,15 +105,25 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
-        let ingest = KafkaIngest::start(pipeline, options).await?;
-        let shutdown = async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        match pipeline.source.clone() {
+            Source::Kafka(kafka) => {
+                let source = Kafka::new(&kafka)?;
+                Runner::start(pipeline, source, options).await?.run(shutdown_signal()).await?;
             }
-        };
-        ingest.run(shutdown).await?;
+            Source::Nats(nats) => {
+                let source = Nats::connect(&nats).await?;
+                Runner::start(pipeline, source, options).await?.run(shutdown_signal()).await?;
+            }
+        }
         Ok(())
     })
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
 }

@@ -6,7 +6,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kafka_services import INGESTOR_BIN, CoordinatorNode, StorageNode, Tansu  # noqa: E402
+from ingest_services import INGESTOR_BIN, CoordinatorNode, NatsServer, StorageNode, Tansu  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -44,3 +44,10 @@ def topic(request):
     """A fresh topic name per test (the broker is shared)."""
     name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40].strip("-")
     return f"{name}-{next(_topics)}"
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory):
+    server = NatsServer(tmp_path_factory.mktemp("nats"))
+    yield server
+    server.kill()

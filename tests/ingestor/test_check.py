@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from kafka_services import check
+from ingest_services import check
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,3 +65,26 @@ def test_not_yaml_and_a_missing_file(tmp_path):
     assert code == 1 and out.startswith(f"{path}:") and "not valid YAML" in out, out
     code, out = check(tmp_path / "absent.yaml")
     assert code == 1 and "cannot read" in out and "absent.yaml" in out, out
+
+
+def test_avro_schemas_and_the_fields_mapped_from_them(tmp_path):
+    (tmp_path / "broken.avsc").write_text('{"type": "record", "name": "x"}')
+    path = tmp_path / "avro.yaml"
+    path.write_text(f"""name: orders
+source: {{ kafka: {{ brokers: b, topics: [t] }} }}
+format:
+  avro: {{ schema: {ROOT / "schemas" / "avro" / "orders.avsc"} }}
+tables:
+  - ddl: CREATE TABLE o (id UInt64, who String, city String) ENGINE = MergeTree ORDER BY id
+    columns:
+      id: order_id
+      who: customer.name
+      city: customer.address.city
+""")
+    code, out = check(path)
+    assert (code, out.strip()) == (1, f"{path}:10:13: tables[].columns.city: the Avro record mergestream.sample.Customer "
+                                      "has no field `address`; its fields are name"), out
+    path.write_text(path.read_text().replace(str(ROOT / "schemas" / "avro" / "orders.avsc"), "broken.avsc"))
+    code, out = check(path)
+    assert code == 1 and out.strip() == (f"{path}:4:19: format.avro.schema: {tmp_path / 'broken.avsc'} is not an Avro "
+                                        "schema: No `fields` in record"), out

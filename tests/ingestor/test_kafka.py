@@ -6,7 +6,7 @@ import threading
 import time
 import urllib.request
 
-from kafka_services import Ingestor, free_port, wait_until
+from ingest_services import Ingestor, free_port, table_state, wait_for_rows, wait_until
 
 PARTITIONS = 4
 
@@ -38,23 +38,6 @@ batch: {batch}
 def messages(ids):
     return [(i % PARTITIONS, f"k{i}".encode(), json.dumps({"id": i, "payload": {"v": i * 3}}).encode(), None)
             for i in ids]
-
-
-def table_state(storage, table):
-    count, distinct, total = storage.query(f"SELECT count(), uniqExact(id), sum(v) FROM {table}").split()
-    # sum() of no rows prints \\N here where ClickHouse prints 0 (a known deviation, issue 2).
-    return int(count), int(distinct), 0 if total == "\\N" else int(total)
-
-
-def wait_for_rows(storage, table, n, timeout=120):
-    def enough():
-        try:
-            return table_state(storage, table)[0] >= n
-        except AssertionError as e:  # the ingestor has not created the table yet
-            if "not found" in str(e):
-                return False
-            raise
-    wait_until(enough, timeout, f"{n} rows in {table}")
 
 
 def test_messages_land_once_and_sigterm_commits_the_offsets(tmp_path, broker, keeper, storage, topic):

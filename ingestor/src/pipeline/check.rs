@@ -7,6 +7,7 @@ use mergestream_engine::ChType;
 
 use super::yaml::{self, Location, Node, Value};
 use super::*;
+use crate::decode::avro::AvroSchema;
 
 pub(super) fn check(text: &str, base: &Path) -> Result<Pipeline, Vec<Problem>> {
     let root = match yaml::parse(text) {
@@ -160,6 +161,9 @@ impl<'a> Checker<'a> {
             Some(n) => self.errors(n),
             None => Some(ErrorPolicy::default()),
         };
+        if let (Some(Format::Avro { schema }), Some(tables)) = (&format, &tables) {
+            self.check_fields_in_schema(schema, tables);
+        }
         let max_in_flight_bytes = match f.get("max_in_flight_bytes") {
             Some(n) => self.positive(n, "max_in_flight_bytes"),
             None => Some(256 << 20),
@@ -331,15 +335,29 @@ impl<'a> Checker<'a> {
     fn schema_file(&mut self, node: &Node, what: &str) -> Option<PathBuf> {
         let name = self.string(node, what)?;
         let path = self.base.join(&name);
-        match std::fs::read_to_string(&path) {
-            Ok(text) if serde_json::from_str::<serde_json::Value>(&text).is_ok() => Some(path),
-            Ok(_) => {
-                self.problem(node.at, format!("{what}: {} is not a JSON Avro schema", path.display()));
+        let parsed =
+            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display())).and_then(
+                |text| AvroSchema::parse(&text).map_err(|e| format!("{} is not an Avro schema: {e}", path.display())),
+            );
+        match parsed {
+            Ok(_) => Some(path),
+            Err(message) => {
+                self.problem(node.at, format!("{what}: {message}"));
                 None
             }
-            Err(e) => {
-                self.problem(node.at, format!("{what}: cannot read {}: {e}", path.display()));
-                None
+        }
+    }
+
+    /// With one writer schema, every mapped field must be in it.
+    fn check_fields_in_schema(&mut self, schema: &Path, tables: &[TableTarget]) {
+        let Some(schema) = std::fs::read_to_string(schema).ok().and_then(|t| AvroSchema::parse(&t).ok()) else {
+            return;
+        };
+        for mapping in tables.iter().flat_map(|t| &t.columns) {
+            if let ValueSource::Field(path) = &mapping.source {
+                if let Err(message) = schema.check_path(path) {
+                    self.problem(mapping.at, format!("tables[].columns.{}: {message}", mapping.column));
+                }
             }
         }
     }

@@ -1,5 +1,9 @@
 //! Messages → rows of a table: the pipeline's column mapping, defaults and conversions.
 //!
+//! A payload is first decoded by the pipeline's format ([`format`]: JSON, or Avro through
+//! [`avro`] with schemas from files or a schema registry) into a JSON document; the mapping
+//! then picks each column's value out of it, the same way for every format.
+//!
 //! Values are collected per column and turned into Arrow arrays once per block with the same
 //! conversion `INSERT … FORMAT JSONEachRow` uses (mergestream-query's `column_from_values`). A
 //! value that does not fit its column fails that conversion; the block then finds the rows
@@ -16,6 +20,12 @@ use mergestream_query::input::{column_default, from_json};
 
 use crate::pipeline::{ColumnMapping, Conversion, TableTarget, ValueSource};
 
+pub mod avro;
+pub mod format;
+pub mod registry;
+
+pub use format::PayloadDecoder;
+
 /// What a message carries besides its payload.
 pub struct MessageMeta<'a> {
     pub topic: &'a str,
@@ -31,7 +41,13 @@ pub struct MessageMeta<'a> {
 pub enum DecodeError {
     #[error("not valid JSON: {0}")]
     Malformed(String),
-    #[error("expected a JSON object, found {0}")]
+    #[error("not valid Avro: {0}")]
+    BadAvro(String),
+    #[error("not in the Confluent wire format: {0}")]
+    BadFraming(String),
+    #[error("schema id {0} is not known (neither in format.avro-confluent.schemas nor in the schema registry)")]
+    UnknownSchema(u32),
+    #[error("expected an object (a JSON object or an Avro record), found {0}")]
     NotAnObject(&'static str),
     #[error("missing required field `{field}` (column {column})")]
     MissingField { field: String, column: String },
@@ -43,7 +59,8 @@ impl DecodeError {
     /// A short stable name for the `reason` header and the metrics label.
     pub fn kind(&self) -> &'static str {
         match self {
-            DecodeError::Malformed(_) => "malformed",
+            DecodeError::Malformed(_) | DecodeError::BadAvro(_) | DecodeError::BadFraming(_) => "malformed",
+            DecodeError::UnknownSchema(_) => "unknown_schema",
             DecodeError::NotAnObject(_) => "not_an_object",
             DecodeError::MissingField { .. } => "missing_field",
             DecodeError::WrongType { .. } => "wrong_type",

@@ -1,0 +1,123 @@
+//! Payload formats: a message's bytes → a JSON document for the column mapping.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value as Json;
+use tracing::warn;
+
+use super::avro::AvroSchema;
+use super::registry::{Lookup, Registry};
+use super::DecodeError;
+use crate::error::IngestError;
+use crate::pipeline::Format;
+
+/// How often a failing schema registry is asked again before the pipeline stops.
+const REGISTRY_ATTEMPTS: u32 = 6;
+
+pub enum PayloadDecoder {
+    Json,
+    Avro(AvroSchema),
+    Confluent(Confluent),
+}
+
+/// The Confluent wire format: magic byte 0, a big-endian schema id, then an Avro datum.
+pub struct Confluent {
+    /// Schemas by id: those of the pipeline file, then those the registry gave; an id the
+    /// registry does not know is remembered too, so that bad messages cost no request.
+    schemas: HashMap<u32, Result<Arc<AvroSchema>, DecodeError>>,
+    registry: Option<Registry>,
+}
+
+fn load_schema(path: &std::path::Path) -> Result<AvroSchema, IngestError> {
+    let bad = |message: String| IngestError::Schema { path: path.to_path_buf(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    AvroSchema::parse(&text).map_err(bad)
+}
+
+impl PayloadDecoder {
+    pub fn new(format: &Format) -> Result<PayloadDecoder, IngestError> {
+        Ok(match format {
+            Format::Json => PayloadDecoder::Json,
+            Format::Avro { schema } => PayloadDecoder::Avro(load_schema(schema)?),
+            Format::AvroConfluent { registry_url, schemas } => {
+                let mut known = HashMap::new();
+                for (id, path) in schemas {
+                    known.insert(*id, Ok(Arc::new(load_schema(path)?)));
+                }
+                let registry = registry_url
+                    .as_deref()
+                    .map(Registry::new)
+                    .transpose()
+                    .map_err(|message| IngestError::SchemaRegistry { url: String::new(), message })?;
+                PayloadDecoder::Confluent(Confluent { schemas: known, registry })
+            }
+        })
+    }
+
+    /// The payload as a document; the inner error is a bad message, the outer one a schema
+    /// registry that cannot be reached.
+    pub async fn decode(&mut self, payload: &[u8]) -> Result<Result<Json, DecodeError>, IngestError> {
+        Ok(match self {
+            PayloadDecoder::Json => serde_json::from_slice(payload).map_err(|e| DecodeError::Malformed(e.to_string())),
+            PayloadDecoder::Avro(schema) => schema.decode(payload).map_err(DecodeError::BadAvro),
+            PayloadDecoder::Confluent(confluent) => confluent.decode(payload).await?,
+        })
+    }
+}
+
+impl Confluent {
+    async fn decode(&mut self, payload: &[u8]) -> Result<Result<Json, DecodeError>, IngestError> {
+        let (id, datum) = match payload {
+            [0, a, b, c, d, datum @ ..] => (u32::from_be_bytes([*a, *b, *c, *d]), datum),
+            [first, ..] if *first != 0 => {
+                return Ok(Err(DecodeError::BadFraming(format!(
+                    "the first byte is {first:#04x}, not the magic byte 0"
+                ))))
+            }
+            _ => {
+                return Ok(Err(DecodeError::BadFraming(format!(
+                    "{} bytes, shorter than the 5-byte header",
+                    payload.len()
+                ))))
+            }
+        };
+        if !self.schemas.contains_key(&id) {
+            let found = self.ask_registry(id).await?;
+            self.schemas.insert(id, found);
+        }
+        Ok(match &self.schemas[&id] {
+            Ok(schema) => schema.decode(datum).map_err(|e| DecodeError::BadAvro(format!("schema id {id}: {e}"))),
+            Err(e) => Err(e.clone()),
+        })
+    }
+
+    async fn ask_registry(&self, id: u32) -> Result<Result<Arc<AvroSchema>, DecodeError>, IngestError> {
+        let Some(registry) = &self.registry else { return Ok(Err(DecodeError::UnknownSchema(id))) };
+        let mut backoff = Duration::from_millis(200);
+        let mut attempt = 1;
+        loop {
+            match registry.schema(id).await {
+                Ok(Lookup::Avro(text)) => {
+                    return Ok(AvroSchema::parse(&text)
+                        .map(Arc::new)
+                        .map_err(|e| DecodeError::BadAvro(format!("schema id {id} from the registry: {e}"))))
+                }
+                Ok(Lookup::OtherKind(kind)) => {
+                    return Ok(Err(DecodeError::BadAvro(format!("schema id {id} is a {kind} schema, not Avro"))))
+                }
+                Ok(Lookup::Missing) => return Ok(Err(DecodeError::UnknownSchema(id))),
+                Err(message) if attempt == REGISTRY_ATTEMPTS => {
+                    return Err(IngestError::SchemaRegistry { url: registry.url().to_string(), message })
+                }
+                Err(message) => {
+                    warn!(url = registry.url(), id, error = message, "the schema registry failed; asking again");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,573 @@
+//! The consume loop of `ingestor run`, the same for every source.
+//!
+//! The runner owns partitions through the coordinator and tells the source to read them,
+//! each from its coordinator position. Messages are decoded into per-(partition, table)
+//! buffers; a buffer is flushed as one block when it reaches the pipeline's rows, bytes or
+//! age threshold, or when the memory of all buffers and blocks in flight passes
+//! `max_in_flight_bytes`. A flush inserts the block and moves the offset node in one commit
+//! on the storage node. Inserts run beside consumption, at most one per (partition, table)
+//! at a time since each needs the offset node version the previous one left; a slow or
+//! delaying storage node therefore slows consumption down once the memory bound is reached.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use coordinator_client::EphemeralLock;
+use mergestream_proto::ingest::OffsetCommit;
+use mergestream_query::input::value::Value;
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::decode::{DecodeError, MessageMeta, PayloadDecoder, RowDecoder};
+use crate::error::IngestError;
+use crate::ownership::{Ownership, Position};
+use crate::pipeline::{ErrorMode, Pipeline};
+use crate::sink::{Committed, StorageNode};
+use crate::source::{DeadLetter, PartitionKey, Source, SourceMessage, BEGINNING};
+
+/// How `ingestor run` reaches the rest of the system.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub storage_node: String,
+    pub coordinator: String,
+    /// This instance's name in lock nodes (defaults to host and pid).
+    pub instance: String,
+    pub session_timeout: Duration,
+}
+
+struct TableSink {
+    name: String,
+    decoder: RowDecoder,
+    schema: SchemaRef,
+}
+
+/// The raw message behind a row, kept for rows found bad only when the block is built.
+struct Origin {
+    position: i64,
+    payload: Vec<u8>,
+    key: Option<Vec<u8>>,
+}
+
+/// The rows of one table from one partition, waiting to be flushed. It covers every position
+/// from `first` to `last`, the bad and skipped messages too, so the position moves past them.
+struct Buffer {
+    first: i64,
+    last: i64,
+    rows: Vec<Vec<Value>>,
+    origins: Vec<Origin>,
+    dead: Vec<DeadLetter>,
+    skipped: usize,
+    bytes: usize,
+    since: Instant,
+}
+
+impl Buffer {
+    fn new(first: i64) -> Buffer {
+        Buffer {
+            first,
+            last: first - 1,
+            rows: Vec::new(),
+            origins: Vec::new(),
+            dead: Vec::new(),
+            skipped: 0,
+            bytes: 0,
+            since: Instant::now(),
+        }
+    }
+
+    fn bad(&self) -> usize {
+        self.dead.len() + self.skipped
+    }
+}
+
+struct TablePosition {
+    position: Position,
+    buffer: Option<Buffer>,
+    /// The bytes of this table's block being inserted, if one is.
+    in_flight: Option<usize>,
+}
+
+struct OwnedPartition {
+    lock: EphemeralLock,
+    tables: Vec<TablePosition>,
+    /// The position after the last message received: where to read from if the partition is
+    /// assigned again, and below which a message is a redelivery.
+    fetch_next: i64,
+}
+
+/// What an insert task reports back.
+struct Inserted {
+    partition: PartitionKey,
+    table: usize,
+    /// The first position after the block.
+    next: i64,
+    rows: usize,
+    bytes: usize,
+    began: Instant,
+    outcome: Result<Committed, IngestError>,
+}
+
+pub struct Runner<S: Source> {
+    pipeline: Pipeline,
+    options: RunOptions,
+    source: S,
+    payloads: PayloadDecoder,
+    storage: StorageNode,
+    ownership: Ownership,
+    tables: Vec<Arc<TableSink>>,
+    partitions: Vec<PartitionKey>,
+    owned: BTreeMap<PartitionKey, OwnedPartition>,
+    inserts: JoinSet<Inserted>,
+    /// Bytes of messages buffered or in blocks being inserted.
+    in_flight_bytes: usize,
+}
+
+impl<S: Source> Runner<S> {
+    pub async fn start(pipeline: Pipeline, source: S, options: RunOptions) -> Result<Runner<S>, IngestError> {
+        let payloads = PayloadDecoder::new(&pipeline.format)?;
+        let storage = StorageNode::connect(&options.storage_node, Duration::from_secs(60)).await?;
+        let mut tables = Vec::new();
+        for target in &pipeline.tables {
+            let schema = storage.create_table(&target.ddl).await?;
+            let decoder = RowDecoder::new(target)
+                .map_err(|message| IngestError::Table { table: target.name.clone(), message })?;
+            tables.push(Arc::new(TableSink { name: target.name.clone(), decoder, schema }));
+        }
+        let ownership =
+            Ownership::connect(&options.coordinator, options.session_timeout, &pipeline.name, &options.instance)
+                .await?;
+        ownership.register().await?;
+        Ok(Runner {
+            pipeline,
+            options,
+            source,
+            payloads,
+            storage,
+            ownership,
+            tables,
+            partitions: Vec::new(),
+            owned: BTreeMap::new(),
+            inserts: JoinSet::new(),
+            in_flight_bytes: 0,
+        })
+    }
+
+    /// Consumes until `shutdown` resolves, then flushes and commits everything buffered.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), IngestError> {
+        tokio::pin!(shutdown);
+        let mut flush_tick = tokio::time::interval(Duration::from_millis(50));
+        let mut ownership_tick = tokio::time::interval(Duration::from_millis(1000));
+        let mut lag_tick = tokio::time::interval(Duration::from_secs(5));
+        let mut rounds = 0u64;
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                message = self.source.next() => match message {
+                    Ok(m) => self.on_message(m).await?,
+                    Err(e) => warn!(error = %e, "source error"),
+                },
+                Some(done) = self.inserts.join_next() => self.on_inserted(done).await?,
+                _ = flush_tick.tick() => self.flush_due().await?,
+                _ = ownership_tick.tick() => {
+                    self.refresh_ownership(rounds.is_multiple_of(10)).await?;
+                    rounds += 1;
+                }
+                _ = lag_tick.tick() => self.report_lag().await,
+            }
+        }
+        info!(pipeline = self.pipeline.name, "shutting down: flushing every buffer");
+        let keys: Vec<PartitionKey> = self.owned.keys().cloned().collect();
+        for key in keys {
+            for t in 0..self.tables.len() {
+                self.wait_for_insert(&key, t).await?;
+                self.flush(&key, t).await?;
+            }
+        }
+        while let Some(done) = self.inserts.join_next().await {
+            self.on_inserted(done).await?;
+        }
+        for (_, p) in std::mem::take(&mut self.owned) {
+            if let Err(e) = self.ownership.release(p.lock).await {
+                warn!(error = %e, "cannot release a partition lock (it goes with the session)");
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_message(&mut self, m: SourceMessage) -> Result<(), IngestError> {
+        let key = &m.partition;
+        let Some(owned) = self.owned.get_mut(key) else { return Ok(()) };
+        let position = m.position;
+        if owned.fetch_next != BEGINNING && position < owned.fetch_next {
+            return Ok(()); // a redelivery of a message already taken
+        }
+        owned.fetch_next = position + 1;
+        metrics::counter!("mergestream_ingestor_messages_total").increment(1);
+        metrics::counter!("mergestream_ingestor_bytes_total").increment(m.payload.len() as u64);
+        let document = self.payloads.decode(&m.payload).await?;
+        let meta = MessageMeta {
+            topic: &m.topic,
+            partition: key.1,
+            offset: position,
+            timestamp_ms: m.timestamp_ms,
+            key: m.key.as_deref(),
+            headers: &m.headers,
+        };
+        let keep_payload = !matches!(self.pipeline.errors.mode, ErrorMode::Skip);
+        let mut failed = None;
+        let mut full = Vec::new();
+        for (t, sink) in self.tables.iter().enumerate() {
+            let tp = &mut owned.tables[t];
+            if tp.position.next != BEGINNING && position < tp.position.next {
+                continue; // already in this table
+            }
+            let decoded = document.as_ref().map_err(Clone::clone).and_then(|v| sink.decoder.decode(v, &meta));
+            if let (Err(e), ErrorMode::Fail) = (&decoded, &self.pipeline.errors.mode) {
+                failed = Some(e.to_string());
+                break;
+            }
+            let buffer = tp.buffer.get_or_insert_with(|| Buffer::new(position));
+            buffer.last = position;
+            buffer.bytes += m.payload.len();
+            self.in_flight_bytes += m.payload.len();
+            match decoded {
+                Ok(row) => {
+                    buffer.rows.push(row);
+                    buffer.origins.push(Origin {
+                        position,
+                        payload: if keep_payload { m.payload.clone() } else { Vec::new() },
+                        key: m.key.clone(),
+                    });
+                }
+                Err(e) => {
+                    metrics::counter!("mergestream_ingestor_decode_errors_total", "kind" => e.kind()).increment(1);
+                    debug!(partition = ?key, position, table = sink.name, error = %e, "bad message");
+                    set_aside(
+                        buffer,
+                        &self.pipeline.errors.mode,
+                        e,
+                        Origin { position, payload: m.payload.clone(), key: m.key.clone() },
+                    );
+                }
+            }
+            let limits = &self.pipeline.batch;
+            if buffer.rows.len() + buffer.bad() >= limits.max_rows || buffer.bytes >= limits.max_bytes {
+                full.push(t);
+            }
+        }
+        let key = key.clone();
+        if let Some(reason) = failed {
+            // Everything before the bad message goes in; the pipeline stops at it.
+            for t in 0..self.tables.len() {
+                self.wait_for_insert(&key, t).await?;
+                self.flush(&key, t).await?;
+                self.wait_for_insert(&key, t).await?;
+            }
+            return Err(IngestError::BadMessage { topic: key.0, partition: key.1, offset: position, reason });
+        }
+        for t in full {
+            // A full buffer waits for the block before it: one insert per table and partition.
+            self.wait_for_insert(&key, t).await?;
+            self.flush(&key, t).await?;
+        }
+        while self.in_flight_bytes > self.pipeline.max_in_flight_bytes as usize {
+            if !self.flush_largest().await? {
+                match self.inserts.join_next().await {
+                    Some(done) => self.on_inserted(done).await?,
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush_due(&mut self) -> Result<(), IngestError> {
+        let max_age = Duration::from_millis(self.pipeline.batch.max_ms);
+        let due: Vec<(PartitionKey, usize)> = self
+            .owned
+            .iter()
+            .flat_map(|(k, p)| {
+                p.tables.iter().enumerate().filter_map(move |(t, tp)| {
+                    let due =
+                        tp.in_flight.is_none() && tp.buffer.as_ref().is_some_and(|b| b.since.elapsed() >= max_age);
+                    due.then(|| (k.clone(), t))
+                })
+            })
+            .collect();
+        for (key, t) in due {
+            self.flush(&key, t).await?;
+        }
+        Ok(())
+    }
+
+    /// Flushes the largest buffer that has no insert in flight; false if there is none.
+    async fn flush_largest(&mut self) -> Result<bool, IngestError> {
+        let largest = self
+            .owned
+            .iter()
+            .flat_map(|(k, p)| {
+                p.tables
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, tp)| tp.in_flight.is_none())
+                    .map(move |(t, tp)| (tp.buffer.as_ref().map_or(0, |b| b.bytes), k, t))
+            })
+            .filter(|(bytes, _, _)| *bytes > 0)
+            .max_by_key(|(bytes, _, _)| *bytes)
+            .map(|(_, k, t)| (k.clone(), t));
+        match largest {
+            Some((key, t)) => {
+                self.flush(&key, t).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Waits until no block of (partition, table) is being inserted.
+    async fn wait_for_insert(&mut self, key: &PartitionKey, t: usize) -> Result<(), IngestError> {
+        while self.owned.get(key).is_some_and(|p| p.tables[t].in_flight.is_some()) {
+            match self.inserts.join_next().await {
+                Some(done) => self.on_inserted(done).await?,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds one buffer into a block and starts inserting it with its offset commit. The
+    /// caller makes sure no other block of the same (partition, table) is in flight.
+    async fn flush(&mut self, key: &PartitionKey, t: usize) -> Result<(), IngestError> {
+        let Some(owned) = self.owned.get_mut(key) else { return Ok(()) };
+        let Some(mut buffer) = owned.tables[t].buffer.take() else { return Ok(()) };
+        let expected_version = owned.tables[t].position.version;
+        let sink = self.tables[t].clone();
+        let block = self.build_block(key, &sink, &mut buffer)?;
+        let total = block.num_rows() + buffer.bad();
+        let limit = self.pipeline.errors.max_error_rate;
+        if total > 0 && buffer.bad() as f64 / total as f64 > limit {
+            return Err(IngestError::ErrorRate {
+                topic: key.0.clone(),
+                partition: key.1,
+                bad: buffer.bad(),
+                total,
+                limit,
+            });
+        }
+        self.send_dead_letters(key, &sink.name, &mut buffer.dead).await?;
+
+        let token =
+            format!("{}:{}:{}:{}:{}-{}", self.pipeline.name, sink.name, key.0, key.1, buffer.first, buffer.last);
+        let commit = OffsetCommit {
+            path: self.ownership.offset_path(&sink.name, &key.0, key.1),
+            expected_version,
+            next_position: buffer.last + 1,
+        };
+        if let Some(owned) = self.owned.get_mut(key) {
+            owned.tables[t].in_flight = Some(buffer.bytes);
+        }
+        let storage = self.storage.clone();
+        let partition = key.clone();
+        let (next, bytes) = (buffer.last + 1, buffer.bytes);
+        self.inserts.spawn(async move {
+            let began = Instant::now();
+            let rows = block.num_rows();
+            let outcome = storage.insert_committing(&sink.name, &block, &token, commit).await;
+            Inserted { partition, table: t, next, rows, bytes, began, outcome }
+        });
+        Ok(())
+    }
+
+    /// The buffer's rows as a block; rows whose values do not fit their columns are set aside
+    /// like any bad message.
+    fn build_block(
+        &self,
+        key: &PartitionKey,
+        sink: &TableSink,
+        buffer: &mut Buffer,
+    ) -> Result<RecordBatch, IngestError> {
+        loop {
+            let bad = match sink.decoder.build(&sink.schema, &buffer.rows) {
+                Ok(block) => return Ok(block),
+                Err(bad) => bad,
+            };
+            for (row, e) in bad.into_iter().rev() {
+                metrics::counter!("mergestream_ingestor_decode_errors_total", "kind" => e.kind()).increment(1);
+                buffer.rows.remove(row);
+                let origin = buffer.origins.remove(row);
+                if let ErrorMode::Fail = &self.pipeline.errors.mode {
+                    return Err(IngestError::BadMessage {
+                        topic: key.0.clone(),
+                        partition: key.1,
+                        offset: origin.position,
+                        reason: e.to_string(),
+                    });
+                }
+                set_aside(buffer, &self.pipeline.errors.mode, e, origin);
+            }
+        }
+    }
+
+    async fn on_inserted(&mut self, done: Result<Inserted, tokio::task::JoinError>) -> Result<(), IngestError> {
+        let done = done.map_err(|e| IngestError::Task(e.to_string()))?;
+        self.in_flight_bytes -= done.bytes;
+        let table = &self.tables[done.table].name;
+        let Some(owned) = self.owned.get_mut(&done.partition) else {
+            debug!(partition = ?done.partition, "an insert ended for a partition no longer owned");
+            return Ok(());
+        };
+        owned.tables[done.table].in_flight = None;
+        match done.outcome? {
+            Committed::Done { version } => {
+                metrics::histogram!("mergestream_ingestor_insert_seconds").record(done.began.elapsed().as_secs_f64());
+                metrics::counter!("mergestream_ingestor_blocks_total", "table" => table.clone()).increment(1);
+                metrics::counter!("mergestream_ingestor_rows_total", "table" => table.clone())
+                    .increment(done.rows as u64);
+                debug!(partition = ?done.partition, table, rows = done.rows, next = done.next, version, "block committed");
+                owned.tables[done.table].position = Position { next: done.next, version };
+                // The source's own offset follows the slowest table, for lag tools.
+                let next = owned.tables.iter().map(|t| t.position.next).min().unwrap_or(BEGINNING);
+                self.source.committed(&done.partition, next);
+            }
+            Committed::Refused(why) => {
+                warn!(partition = ?done.partition, why, "the partition has another owner now: giving it up");
+                self.drop_partition(&done.partition).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn send_dead_letters(
+        &self,
+        key: &PartitionKey,
+        table: &str,
+        dead: &mut Vec<DeadLetter>,
+    ) -> Result<(), IngestError> {
+        let ErrorMode::DeadLetter { topic } = &self.pipeline.errors.mode else { return Ok(()) };
+        // In source order: bad values found when the block is built come after the others.
+        dead.sort_by_key(|d| d.position);
+        for d in dead.drain(..) {
+            self.source.dead_letter(topic, table, key, &d).await?;
+            metrics::counter!("mergestream_ingestor_dead_lettered_total").increment(1);
+        }
+        Ok(())
+    }
+
+    /// Forgets a partition and its buffers, releases its lock, and reads the others on.
+    async fn drop_partition(&mut self, key: &PartitionKey) -> Result<(), IngestError> {
+        if let Some(p) = self.forget(key) {
+            if let Err(e) = self.ownership.release(p.lock).await {
+                debug!(error = %e, "cannot release a lost partition lock");
+            }
+        }
+        self.assign().await
+    }
+
+    /// Removes a partition and the memory of its buffers (blocks in flight give theirs back
+    /// when they end).
+    fn forget(&mut self, key: &PartitionKey) -> Option<OwnedPartition> {
+        let p = self.owned.remove(key)?;
+        self.in_flight_bytes -= p.tables.iter().filter_map(|tp| tp.buffer.as_ref()).map(|b| b.bytes).sum::<usize>();
+        Some(p)
+    }
+
+    /// Takes the partitions that are free, up to this instance's fair share, and gives up
+    /// everything when the coordinator session is lost (its locks are gone with it).
+    async fn refresh_ownership(&mut self, refresh_metadata: bool) -> Result<(), IngestError> {
+        if !self.ownership.alive() {
+            warn!("the coordinator session is lost: giving up every partition and starting a new session");
+            let keys: Vec<PartitionKey> = self.owned.keys().cloned().collect();
+            for key in keys {
+                self.forget(&key);
+            }
+            self.assign().await?;
+            let fresh = Ownership::connect(
+                &self.options.coordinator,
+                self.options.session_timeout,
+                &self.pipeline.name,
+                &self.options.instance,
+            )
+            .await;
+            // An unreachable coordinator is waited out, not fatal: the next round tries again.
+            match fresh {
+                Ok(fresh) => self.ownership = fresh,
+                Err(e) => {
+                    warn!(error = %e, "the coordinator is not reachable yet");
+                    return Ok(());
+                }
+            }
+            self.ownership.register().await?;
+        }
+        if !self.ownership.connected() {
+            return Ok(());
+        }
+        if refresh_metadata || self.partitions.is_empty() {
+            self.partitions = self.source.partitions().await?;
+        }
+        let instances = self.ownership.instances().await?.max(1);
+        let share = self.partitions.len().div_ceil(instances);
+        let mut changed = false;
+        for key in self.partitions.clone() {
+            if self.owned.len() >= share {
+                break;
+            }
+            if self.owned.contains_key(&key) {
+                continue;
+            }
+            let Some(lock) = self.ownership.try_own(&key.0, key.1).await? else { continue };
+            let mut tables = Vec::new();
+            for sink in &self.tables {
+                let position = self.ownership.position(&sink.name, &key.0, key.1).await?;
+                tables.push(TablePosition { position, buffer: None, in_flight: None });
+            }
+            let fetch_next = if tables.iter().any(|t| t.position.next == BEGINNING) {
+                BEGINNING
+            } else {
+                tables.iter().map(|t| t.position.next).min().unwrap_or(BEGINNING)
+            };
+            info!(topic = key.0, partition = key.1, from = fetch_next, "owning partition");
+            self.owned.insert(key, OwnedPartition { lock, tables, fetch_next });
+            changed = true;
+        }
+        if changed {
+            self.assign().await?;
+        }
+        metrics::gauge!("mergestream_ingestor_owned_partitions").set(self.owned.len() as f64);
+        Ok(())
+    }
+
+    /// Reads the owned partitions, each from the position after the last message received.
+    async fn assign(&mut self) -> Result<(), IngestError> {
+        let from: Vec<(PartitionKey, i64)> = self.owned.iter().map(|(k, p)| (k.clone(), p.fetch_next)).collect();
+        self.source.assign(&from).await
+    }
+
+    async fn report_lag(&self) {
+        let committed: BTreeMap<PartitionKey, i64> = self
+            .owned
+            .iter()
+            .map(|(k, p)| (k.clone(), p.tables.iter().map(|t| t.position.next.max(0)).min().unwrap_or(0)))
+            .collect();
+        for ((topic, partition), end) in self.source.ends(committed.keys().cloned().collect()).await {
+            let next = committed.get(&(topic.clone(), partition)).copied().unwrap_or(0);
+            metrics::gauge!("mergestream_ingestor_consumer_lag", "topic" => topic, "partition" => partition.to_string())
+                .set((end - next).max(0) as f64);
+        }
+    }
+}
+
+fn set_aside(buffer: &mut Buffer, mode: &ErrorMode, e: DecodeError, origin: Origin) {
+    match mode {
+        ErrorMode::DeadLetter { .. } => buffer.dead.push(DeadLetter {
+            position: origin.position,
+            payload: origin.payload,
+            key: origin.key,
+            reason: e.to_string(),
+            kind: e.kind(),
+        }),
+        ErrorMode::Skip | ErrorMode::Fail => buffer.skipped += 1,
+    }
+}
