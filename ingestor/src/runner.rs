@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use coordinator_client::EphemeralLock;
+use futures::FutureExt;
 use mergestream_proto::ingest::OffsetCommit;
-use mergestream_query::input::value::Value;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use crate::decode::{DecodeError, MessageMeta, PayloadDecoder, RowDecoder};
+use crate::decode::{DecodeError, MessageMeta, PayloadDecoder, Projection, RowDecoder, Rows};
 use crate::error::IngestError;
 use crate::ownership::{Ownership, Position};
 use crate::pipeline::{ErrorMode, Pipeline};
@@ -56,7 +56,7 @@ struct Origin {
 struct Buffer {
     first: i64,
     last: i64,
-    rows: Vec<Vec<Value>>,
+    rows: Rows,
     origins: Vec<Origin>,
     dead: Vec<DeadLetter>,
     skipped: usize,
@@ -69,7 +69,7 @@ impl Buffer {
         Buffer {
             first,
             last: first - 1,
-            rows: Vec::new(),
+            rows: Rows::default(),
             origins: Vec::new(),
             dead: Vec::new(),
             skipped: 0,
@@ -123,16 +123,22 @@ pub struct Runner<S: Source> {
     inserts: JoinSet<Inserted>,
     /// Bytes of messages buffered or in blocks being inserted.
     in_flight_bytes: usize,
+    messages_in: metrics::Counter,
+    bytes_in: metrics::Counter,
 }
+
+/// How many messages already waiting at the source are taken in one go, before the runner
+/// looks at its timers and finished inserts again.
+const DRAIN: usize = 1024;
 
 impl<S: Source> Runner<S> {
     pub async fn start(pipeline: Pipeline, source: S, options: RunOptions) -> Result<Runner<S>, IngestError> {
-        let payloads = PayloadDecoder::new(&pipeline.format)?;
+        let payloads = PayloadDecoder::new(&pipeline.format, Projection::new(&pipeline.tables))?;
         let storage = StorageNode::connect(&options.storage_node, Duration::from_secs(60)).await?;
         let mut tables = Vec::new();
         for target in &pipeline.tables {
             let schema = storage.create_table(&target.ddl).await?;
-            let decoder = RowDecoder::new(target)
+            let decoder = RowDecoder::new(target, payloads.projection())
                 .map_err(|message| IngestError::Table { table: target.name.clone(), message })?;
             tables.push(Arc::new(TableSink { name: target.name.clone(), decoder, schema }));
         }
@@ -152,6 +158,8 @@ impl<S: Source> Runner<S> {
             owned: BTreeMap::new(),
             inserts: JoinSet::new(),
             in_flight_bytes: 0,
+            messages_in: metrics::counter!("mergestream_ingestor_messages_total"),
+            bytes_in: metrics::counter!("mergestream_ingestor_bytes_total"),
         })
     }
 
@@ -166,7 +174,10 @@ impl<S: Source> Runner<S> {
             tokio::select! {
                 _ = &mut shutdown => break,
                 message = self.source.next() => match message {
-                    Ok(m) => self.on_message(m).await?,
+                    Ok(m) => {
+                        self.on_message(m).await?;
+                        self.drain().await?;
+                    }
                     Err(e) => warn!(error = %e, "source error"),
                 },
                 Some(done) = self.inserts.join_next() => self.on_inserted(done).await?,
@@ -197,6 +208,21 @@ impl<S: Source> Runner<S> {
         Ok(())
     }
 
+    /// Takes up to [`DRAIN`] messages that are ready now, without waiting for more.
+    async fn drain(&mut self) -> Result<(), IngestError> {
+        for _ in 0..DRAIN {
+            match self.source.next().now_or_never() {
+                Some(Ok(m)) => self.on_message(m).await?,
+                Some(Err(e)) => {
+                    warn!(error = %e, "source error");
+                    break;
+                }
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
     async fn on_message(&mut self, m: SourceMessage) -> Result<(), IngestError> {
         let key = &m.partition;
         let Some(owned) = self.owned.get_mut(key) else { return Ok(()) };
@@ -205,9 +231,9 @@ impl<S: Source> Runner<S> {
             return Ok(()); // a redelivery of a message already taken
         }
         owned.fetch_next = position + 1;
-        metrics::counter!("mergestream_ingestor_messages_total").increment(1);
-        metrics::counter!("mergestream_ingestor_bytes_total").increment(m.payload.len() as u64);
-        let document = self.payloads.decode(&m.payload).await?;
+        self.messages_in.increment(1);
+        self.bytes_in.increment(m.payload.len() as u64);
+        let mut document = self.payloads.decode(&m.payload).await?;
         let meta = MessageMeta {
             topic: &m.topic,
             partition: key.1,
@@ -224,7 +250,10 @@ impl<S: Source> Runner<S> {
             if tp.position.next != BEGINNING && position < tp.position.next {
                 continue; // already in this table
             }
-            let decoded = document.as_ref().map_err(Clone::clone).and_then(|v| sink.decoder.decode(v, &meta));
+            let decoded = match &mut document {
+                Ok(doc) => sink.decoder.decode(doc, &meta),
+                Err(e) => Err(e.clone()),
+            };
             if let (Err(e), ErrorMode::Fail) = (&decoded, &self.pipeline.errors.mode) {
                 failed = Some(e.to_string());
                 break;

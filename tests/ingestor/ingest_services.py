@@ -70,8 +70,9 @@ class Process:
 
 
 class Tansu(Process):
-    def __init__(self, workdir: Path):
-        self.port = free_port()
+    def __init__(self, workdir: Path, port=None):
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
         url = f"tcp://127.0.0.1:{self.port}"
         super().__init__("tansu", [str(TANSU_BIN), "broker", "--listener-url", url, "--advertised-listener-url", url,
                                    "--storage-engine", "memory://tansu/"], workdir)

@@ -12,7 +12,7 @@ PARTITIONS = 4
 
 
 def write_pipeline(path, broker, topic, table, *, errors="", batch="{ max_rows: 300, max_ms: 200 }",
-                   engine="MergeTree", extra_columns=""):
+                   engine="MergeTree", extra_columns="", settings=""):
     path.write_text(f"""name: {table}
 source:
   kafka:
@@ -22,7 +22,7 @@ format: json
 tables:
   - ddl: |
       CREATE TABLE {table} (id UInt64, v UInt64, who String, p UInt32, o UInt64{extra_columns})
-      ENGINE = {engine} ORDER BY id
+      ENGINE = {engine} ORDER BY id {settings}
     columns:
       id: id
       v: {{ field: payload.v }}
@@ -194,3 +194,19 @@ def test_too_many_bad_messages_stop_the_pipeline(tmp_path, broker, keeper, stora
     assert ingestor.wait(60) != 0
     assert "above errors.max_error_rate 0.1" in ingestor.output(), ingestor.output()
     assert table_state(storage, "noisy")[0] == 0
+
+
+def test_a_storage_node_refusing_inserts_slows_consumption_down(tmp_path, broker, keeper, storage, topic):
+    """Too many parts: the storage node refuses inserts (RESOURCE_EXHAUSTED) until its merges
+    catch up; the ingestor retries the same block and loses nothing."""
+    broker.create_topic(topic, PARTITIONS)
+    broker.produce(topic, messages(range(3000)))
+    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, "crowded", batch="{ max_rows: 100, max_ms: 100 }",
+                              settings="SETTINGS parts_to_delay_insert = 2, parts_to_throw_insert = 3, "
+                                       "max_delay_to_insert = 1")
+    ingestor = Ingestor(tmp_path, pipeline, storage, keeper.hosts).start()
+    wait_for_rows(storage, "crowded", 3000, timeout=180)
+    time.sleep(1)
+    assert table_state(storage, "crowded") == (3000, 3000, sum(i * 3 for i in range(3000)))
+    assert "insert delayed; retrying the same block" in ingestor.output()
+    assert ingestor.terminate() == 0, ingestor.output()

@@ -9,14 +9,20 @@ use tracing::warn;
 
 use super::avro::AvroSchema;
 use super::registry::{Lookup, Registry};
-use super::DecodeError;
+use super::{DecodeError, Document, Projection};
 use crate::error::IngestError;
 use crate::pipeline::Format;
 
 /// How often a failing schema registry is asked again before the pipeline stops.
 const REGISTRY_ATTEMPTS: u32 = 6;
 
-pub enum PayloadDecoder {
+/// Decodes payloads into the fields the pipeline reads.
+pub struct PayloadDecoder {
+    projection: Projection,
+    format: PayloadFormat,
+}
+
+enum PayloadFormat {
     Json,
     Avro(AvroSchema),
     Confluent(Confluent),
@@ -37,10 +43,10 @@ fn load_schema(path: &std::path::Path) -> Result<AvroSchema, IngestError> {
 }
 
 impl PayloadDecoder {
-    pub fn new(format: &Format) -> Result<PayloadDecoder, IngestError> {
-        Ok(match format {
-            Format::Json => PayloadDecoder::Json,
-            Format::Avro { schema } => PayloadDecoder::Avro(load_schema(schema)?),
+    pub fn new(format: &Format, projection: Projection) -> Result<PayloadDecoder, IngestError> {
+        let format = match format {
+            Format::Json => PayloadFormat::Json,
+            Format::Avro { schema } => PayloadFormat::Avro(load_schema(schema)?),
             Format::AvroConfluent { registry_url, schemas } => {
                 let mut known = HashMap::new();
                 for (id, path) in schemas {
@@ -51,19 +57,25 @@ impl PayloadDecoder {
                     .map(Registry::new)
                     .transpose()
                     .map_err(|message| IngestError::SchemaRegistry { url: String::new(), message })?;
-                PayloadDecoder::Confluent(Confluent { schemas: known, registry })
+                PayloadFormat::Confluent(Confluent { schemas: known, registry })
             }
-        })
+        };
+        Ok(PayloadDecoder { projection, format })
     }
 
-    /// The payload as a document; the inner error is a bad message, the outer one a schema
+    pub fn projection(&self) -> &Projection {
+        &self.projection
+    }
+
+    /// The payload's fields; the inner error is a bad message, the outer one a schema
     /// registry that cannot be reached.
-    pub async fn decode(&mut self, payload: &[u8]) -> Result<Result<Json, DecodeError>, IngestError> {
-        Ok(match self {
-            PayloadDecoder::Json => serde_json::from_slice(payload).map_err(|e| DecodeError::Malformed(e.to_string())),
-            PayloadDecoder::Avro(schema) => schema.decode(payload).map_err(DecodeError::BadAvro),
-            PayloadDecoder::Confluent(confluent) => confluent.decode(payload).await?,
-        })
+    pub async fn decode(&mut self, payload: &[u8]) -> Result<Result<Document, DecodeError>, IngestError> {
+        let decoded = match &mut self.format {
+            PayloadFormat::Json => return Ok(self.projection.parse_json(payload)),
+            PayloadFormat::Avro(schema) => schema.decode(payload).map_err(DecodeError::BadAvro),
+            PayloadFormat::Confluent(confluent) => confluent.decode(payload).await?,
+        };
+        Ok(decoded.and_then(|value| self.projection.project(value)))
     }
 }
 

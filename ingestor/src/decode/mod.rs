@@ -21,9 +21,11 @@ use mergestream_query::input::{column_default, from_json};
 use crate::pipeline::{ColumnMapping, Conversion, TableTarget, ValueSource};
 
 pub mod avro;
+pub mod document;
 pub mod format;
 pub mod registry;
 
+pub use document::{Document, Projection};
 pub use format::PayloadDecoder;
 
 /// What a message carries besides its payload.
@@ -68,23 +70,73 @@ impl DecodeError {
     }
 }
 
+/// Decoded rows of one table, kept column by column: a block is built from each column's
+/// values as they are, with no copy.
+#[derive(Debug, Clone, Default)]
+pub struct Rows {
+    columns: Vec<Vec<Value>>,
+}
+
+impl Rows {
+    pub fn len(&self) -> usize {
+        self.columns.first().map_or(0, Vec::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends a row: one value per column, in table order.
+    pub fn push(&mut self, row: Vec<Value>) {
+        if self.columns.is_empty() {
+            self.columns = (0..row.len()).map(|_| Vec::new()).collect();
+        }
+        for (column, value) in self.columns.iter_mut().zip(row) {
+            column.push(value);
+        }
+    }
+
+    pub fn remove(&mut self, row: usize) {
+        for column in &mut self.columns {
+            column.remove(row);
+        }
+    }
+}
+
+/// Where one column's value comes from, resolved against the pipeline's projection.
+struct ColumnSource {
+    /// The pipeline's mapping, if it maps this column.
+    mapping: Option<ColumnMapping>,
+    /// For a field: its top-level slot in the document, and whether this column may take
+    /// the value (it alone reads that field, whole).
+    slot: Option<(usize, bool)>,
+    /// The value when the column is not mapped: its DEFAULT.
+    fallback: Value,
+}
+
 /// Turns messages into the values of one table's columns.
 pub struct RowDecoder {
     table: String,
     types: Vec<ChType>,
     names: Vec<String>,
-    /// Per column: its mapping, if the pipeline maps it, and the value used otherwise.
-    sources: Vec<(Option<ColumnMapping>, Value)>,
+    sources: Vec<ColumnSource>,
 }
 
 impl RowDecoder {
-    pub fn new(target: &TableTarget) -> Result<RowDecoder, String> {
+    pub fn new(target: &TableTarget, projection: &Projection) -> Result<RowDecoder, String> {
         let def: &TableDef = &target.def;
         let mut sources = Vec::with_capacity(def.columns.len());
         for column in &def.columns {
             let fallback = column_default(def, column).map_err(|e| e.to_string())?;
             let mapping = target.columns.iter().find(|m| m.column == column.name).cloned();
-            sources.push((mapping, fallback));
+            let slot = match mapping.as_ref().map(|m| &m.source) {
+                Some(ValueSource::Field(path)) => {
+                    let slot = projection.slot(&path[0]).ok_or("a mapped field outside the projection")?;
+                    Some((slot, path.len() == 1 && projection.read_once(slot)))
+                }
+                _ => None,
+            };
+            sources.push(ColumnSource { mapping, slot, fallback });
         }
         Ok(RowDecoder {
             table: def.name.clone(),
@@ -98,26 +150,17 @@ impl RowDecoder {
         &self.table
     }
 
-    /// One row: a value per column, in table order.
-    pub fn decode(&self, payload: &serde_json::Value, meta: &MessageMeta<'_>) -> Result<Vec<Value>, DecodeError> {
-        let object = match payload {
-            serde_json::Value::Object(object) => object,
-            other => return Err(DecodeError::NotAnObject(json_kind(other))),
-        };
+    /// One row: a value per column, in table order. Fields this table alone reads are taken
+    /// out of the document.
+    pub fn decode(&self, document: &mut Document, meta: &MessageMeta<'_>) -> Result<Vec<Value>, DecodeError> {
         let mut row = Vec::with_capacity(self.sources.len());
-        for (i, (mapping, fallback)) in self.sources.iter().enumerate() {
+        for (i, ColumnSource { mapping, slot, fallback }) in self.sources.iter().enumerate() {
             let Some(mapping) = mapping else {
                 row.push(fallback.clone());
                 continue;
             };
             let raw = match &mapping.source {
-                ValueSource::Field(path) => {
-                    let mut at = object.get(&path[0]);
-                    for step in &path[1..] {
-                        at = at.and_then(|v| v.get(step));
-                    }
-                    at.filter(|v| !v.is_null()).cloned()
-                }
+                ValueSource::Field(path) => slot.and_then(|(slot, take)| document.get(slot, &path[1..], take)),
                 ValueSource::Key => {
                     meta.key.map(|k| serde_json::Value::String(String::from_utf8_lossy(k).into_owned()))
                 }
@@ -146,11 +189,13 @@ impl RowDecoder {
 
     /// A block of decoded rows; `Err` lists the rows (by index) whose values do not fit
     /// their columns, with the reason, so the caller can set them aside and build again.
-    pub fn build(&self, schema: &SchemaRef, rows: &[Vec<Value>]) -> Result<RecordBatch, Vec<(usize, DecodeError)>> {
+    pub fn build(&self, schema: &SchemaRef, rows: &Rows) -> Result<RecordBatch, Vec<(usize, DecodeError)>> {
+        if rows.is_empty() {
+            return Ok(RecordBatch::new_empty(Arc::clone(schema)));
+        }
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.types.len());
-        for (c, ty) in self.types.iter().enumerate() {
-            let values: Vec<Value> = rows.iter().map(|r| r[c].clone()).collect();
-            match column_from_values(ty, &values) {
+        for (ty, values) in self.types.iter().zip(&rows.columns) {
+            match column_from_values(ty, values) {
                 Ok(array) => columns.push(array),
                 Err(_) => return Err(self.bad_rows(rows)),
             }
@@ -159,28 +204,17 @@ impl RowDecoder {
             .map_err(|e| vec![(0, DecodeError::WrongType { column: self.table.clone(), message: e.to_string() })])
     }
 
-    fn bad_rows(&self, rows: &[Vec<Value>]) -> Vec<(usize, DecodeError)> {
+    fn bad_rows(&self, rows: &Rows) -> Vec<(usize, DecodeError)> {
         let mut bad = Vec::new();
-        for (r, row) in rows.iter().enumerate() {
+        for r in 0..rows.len() {
             for (c, ty) in self.types.iter().enumerate() {
-                if let Err(message) = column_from_values(ty, std::slice::from_ref(&row[c])) {
+                if let Err(message) = column_from_values(ty, std::slice::from_ref(&rows.columns[c][r])) {
                     bad.push((r, DecodeError::WrongType { column: self.names[c].clone(), message }));
                     break;
                 }
             }
         }
         bad
-    }
-}
-
-fn json_kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
     }
 }
 
@@ -223,7 +257,7 @@ mod tests {
     use crate::pipeline::Pipeline;
     use std::path::Path;
 
-    fn decoder() -> (RowDecoder, SchemaRef) {
+    fn decoder() -> (RowDecoder, Projection, SchemaRef) {
         let p = Pipeline::parse(
             "name: t\nsource: { kafka: { brokers: b, topics: [x] } }\nformat: json\ntables:\n  - ddl: \
              CREATE TABLE t (id UInt64, who String, note Nullable(String), n Int32 DEFAULT 7, o UInt64, ts DateTime) \
@@ -233,7 +267,8 @@ mod tests {
         )
         .expect("valid");
         let schema = p.tables[0].def.user_arrow_schema();
-        (RowDecoder::new(&p.tables[0]).expect("decoder"), schema)
+        let projection = Projection::new(&p.tables);
+        (RowDecoder::new(&p.tables[0], &projection).expect("decoder"), projection, schema)
     }
 
     fn meta(offset: i64) -> MessageMeta<'static> {
@@ -249,8 +284,9 @@ mod tests {
 
     #[test]
     fn rows_follow_the_mapping_and_defaults() {
-        let (d, schema) = decoder();
-        let row = d.decode(&serde_json::json!({"id": 5, "extra": 1}), &meta(42)).expect("row");
+        let (d, p, schema) = decoder();
+        let mut doc = p.parse_json(br#"{"id": 5, "extra": 1}"#).expect("object");
+        let row = d.decode(&mut doc, &meta(42)).expect("row");
         assert_eq!(
             row,
             vec![
@@ -262,22 +298,27 @@ mod tests {
                 Value::Number("1700000000".into())
             ]
         );
-        let batch = d.build(&schema, &[row]).expect("block");
+        let mut rows = Rows::default();
+        rows.push(row);
+        let batch = d.build(&schema, &rows).expect("block");
         assert_eq!(batch.num_rows(), 1);
     }
 
     #[test]
     fn bad_messages_name_their_problem() {
-        let (d, schema) = decoder();
+        let (d, p, schema) = decoder();
+        let decode = |json: &[u8]| d.decode(&mut p.parse_json(json).expect("object"), &meta(1));
         assert_eq!(
-            d.decode(&serde_json::json!({"note": "x"}), &meta(1)),
+            decode(br#"{"note": "x"}"#),
             Err(DecodeError::MissingField { field: "id".into(), column: "id".into() })
         );
-        assert_eq!(d.decode(&serde_json::json!([1]), &meta(1)), Err(DecodeError::NotAnObject("an array")));
-        let good = d.decode(&serde_json::json!({"id": 1}), &meta(1)).expect("row");
-        let bad =
-            d.decode(&serde_json::json!({"id": "seven"}), &meta(2)).expect("decodes; the type is checked in build");
-        let errors = d.build(&schema, &[good.clone(), bad, good]).expect_err("row 1 does not fit");
+        let good = decode(br#"{"id": 1}"#).expect("row");
+        let bad = decode(br#"{"id": "seven"}"#).expect("decodes; the type is checked in build");
+        let mut rows = Rows::default();
+        for row in [good.clone(), bad, good] {
+            rows.push(row);
+        }
+        let errors = d.build(&schema, &rows).expect_err("row 1 does not fit");
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].0, 1);
         assert!(errors[0].1.to_string().starts_with("column id: cannot parse 'seven' as UInt64"), "{}", errors[0].1);

@@ -233,6 +233,14 @@ impl<'a> Checker<'a> {
                             );
                             continue;
                         }
+                        if key == "sasl.mechanism" && value.eq_ignore_ascii_case("GSSAPI") {
+                            self.problem(
+                                v.at,
+                                "source.kafka.properties: sasl.mechanism GSSAPI (Kerberos) is not built into this \
+                                 ingestor's librdkafka; PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER are",
+                            );
+                            continue;
+                        }
                         properties.insert(key.to_string(), value.to_string());
                     }
                 }

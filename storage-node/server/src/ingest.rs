@@ -159,6 +159,7 @@ impl IngestService {
                     blocking(move || t.abort_prepared(p)).await?;
                 }
             }
+            self.catalog.schedule_merges(&table);
         }
         Ok(())
     }
@@ -276,6 +277,7 @@ impl Ingest for IngestService {
         let began = Instant::now();
         let request = request.into_inner();
         let table = self.table(&request.table)?;
+        let merged_later = table.clone();
         let t = table.clone();
         let bytes = request.arrow_ipc;
         let batch = blocking(move || decode_block(&t, &bytes)).await??;
@@ -295,6 +297,8 @@ impl Ingest for IngestService {
                 }
             }
         };
+        // The new part is a candidate for a background merge, as after an INSERT statement.
+        self.catalog.schedule_merges(&merged_later);
         metrics::histogram!("mergestream_storage_insert_seconds").record(began.elapsed().as_secs_f64());
         metrics::counter!("mergestream_storage_rows_inserted_total").increment(reply.rows);
         Ok(Response::new(reply))

@@ -6,7 +6,7 @@ use tracing::{debug, info};
 
 use super::Table;
 use crate::error::{EngineError, Result};
-use crate::merge::select::PartSize;
+use crate::merge::select::{merge_pressure, PartSize};
 use crate::merge::{build_algorithm, AlgorithmOptions, SortedMerge, SortedStream, MERGE_BLOCK_ROWS};
 use crate::part::{name::PartName, DataPart, PartWriter};
 use crate::schema::EngineKind;
@@ -42,7 +42,10 @@ impl Table {
             if end > start + 1 {
                 let sizes: Vec<PartSize> =
                     active[start..end].iter().map(|p| PartSize { bytes: p.bytes_on_disk, rows: p.rows() }).collect();
-                if let Some(range) = self.selector.select(&sizes) {
+                let partition = &active[start].name.partition_id;
+                let in_partition = active.iter().filter(|p| &p.name.partition_id == partition).count();
+                let pressure = merge_pressure(in_partition, self.def.settings.parts_to_delay_insert);
+                if let Some(range) = self.selector.select(&sizes, pressure) {
                     chosen = Some(active[start + range.start..start + range.end].to_vec());
                     break;
                 }

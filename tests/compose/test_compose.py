@@ -1,0 +1,102 @@
+"""compose.yaml, run without Docker: each mergestream service's own command line, with the
+binaries the test script built, the service host names and ports mapped to free loopback
+ports and the volumes to directories; the `kafka` service is the Tansu broker the other
+ingestor tests use. Orders produced to the `orders` topic must reach the table through the
+pipeline the ingestor service runs. What this cannot check is the image build itself: no
+Docker engine runs on the machines this project is tested on."""
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "ingestor"))
+
+from ingest_services import (  # noqa: E402
+    INGESTOR_BIN, STORAGE_BIN, Process, Tansu, free_port, port_open, wait_until,
+)
+from services import COORDINATOR_BIN  # noqa: E402
+
+BINARIES = {"coordinator": COORDINATOR_BIN, "storage-node": STORAGE_BIN, "ingestor": INGESTOR_BIN}
+COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
+OURS = {name: s for name, s in COMPOSE["services"].items() if s.get("image") == "mergestream:local"}
+ADDRESS = re.compile(r"\b([A-Za-z0-9.-]+):(\d+)\b")
+
+
+def start_order(services):
+    """Services after those they depend on (the ones outside `services` are started already)."""
+    done = []
+    for _ in services:
+        for name, service in services.items():
+            if name not in done and all(d in done or d not in services for d in service.get("depends_on", [])):
+                done.append(name)
+    assert len(done) == len(services), f"a depends_on cycle among {sorted(services)}"
+    return done
+
+
+def test_every_published_port_is_one_the_service_listens_on():
+    for name, service in OURS.items():
+        listening = {int(port) for host, port in ADDRESS.findall(service["command"]) if host == "0.0.0.0"}
+        published = {int(p.split(":")[1]) for p in service.get("ports", [])}
+        assert published <= listening, (name, published, listening)
+
+
+def test_the_services_commands_ingest_orders_end_to_end(tmp_path):
+    ports = {}  # a port of the compose network → a free loopback port
+
+    def local(text):
+        def swap(match):
+            host, port = match.groups()
+            if host != "0.0.0.0" and host not in COMPOSE["services"]:
+                return match.group(0)
+            return f"127.0.0.1:{ports.setdefault(int(port), free_port())}"
+        text = ADDRESS.sub(swap, text)
+        return text.replace("/pipelines/", f"{tmp_path}/pipelines/")
+
+    kafka_port = int(re.search(r"INTERNAL://kafka:(\d+)", COMPOSE["services"]["kafka"]["environment"]
+                               ["KAFKA_ADVERTISED_LISTENERS"]).group(1))
+    ports[kafka_port] = free_port()
+    (tmp_path / "pipelines").mkdir()
+    for pipeline in (ROOT / "pipelines").glob("*.yaml"):
+        (tmp_path / "pipelines" / pipeline.name).write_text(local(pipeline.read_text()))
+
+    broker = Tansu(tmp_path / "kafka", port=ports[kafka_port])
+    processes = [broker]
+    try:
+        broker.create_topic("orders", int(COMPOSE["services"]["kafka"]["environment"]["KAFKA_NUM_PARTITIONS"]))
+        for name in start_order(OURS):
+            service = OURS[name]
+            command = shlex.split(local(service["command"]))
+            command[0] = str(BINARIES[command[0]])
+            for volume in service.get("volumes", []):
+                source, target = volume.split(":")
+                (tmp_path / source).mkdir(exist_ok=True)
+                command = [str(tmp_path / source) if arg == target else arg for arg in command]
+            process = Process(name, command, tmp_path).start()
+            processes.append(process)
+            for port in service.get("ports", []):
+                inside = int(port.split(":")[1])
+                wait_until(lambda: port_open(ports[inside]) or not process.alive(), 60, f"{name} on {inside}")
+                assert process.alive(), process.output()
+
+        orders = [(i % 4, str(i).encode(), json.dumps({"order_id": i, "customer": {"name": f"c{i}"}, "amount": i / 2,
+                                                      "status": "paid", "version": 1}).encode(), None)
+                  for i in range(500)]
+        broker.produce("orders", orders)
+        storage_addr = f"127.0.0.1:{ports[9100]}"
+
+        def count():
+            out = subprocess.run([str(STORAGE_BIN), "client", "--addr", storage_addr, "--query",
+                                  "SELECT count(), sum(amount) FROM orders FINAL"], capture_output=True, text=True,
+                                 timeout=30)
+            return out.stdout.split() if out.returncode == 0 else None
+        wait_until(lambda: count() == ["500", "62375"], 120, "500 orders")
+    finally:
+        for process in reversed(processes):
+            process.kill()
+
