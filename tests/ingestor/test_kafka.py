@@ -1,12 +1,12 @@
 """`ingestor run` against the real Tansu broker, a coordinator and a serving storage node."""
 
 import json
-import random
-import threading
 import time
 import urllib.request
 
-from ingest_services import Ingestor, free_port, table_state, wait_for_rows, wait_until
+from ingest_services import (
+    Ingestor, free_port, kill_and_restart_while_producing, table_state, wait_for_rows, wait_until,
+)
 
 PARTITIONS = 4
 
@@ -87,17 +87,7 @@ def test_exactly_once_while_ingestors_and_the_storage_node_are_killed(tmp_path, 
             broker.produce(topic, messages(range(chunk * 1000, (chunk + 1) * 1000)))
             time.sleep(0.3)
 
-    producer = threading.Thread(target=produce)
-    producer.start()
-    rng = random.Random(7)
-    victims = {"a": a, "b": b, "storage": storage}
-    for _ in range(6):
-        time.sleep(rng.uniform(0.5, 2.0))
-        name = rng.choice(sorted(victims))
-        victims[name].kill()
-        time.sleep(rng.uniform(0.0, 1.0))
-        victims[name].start()
-    producer.join()
+    kill_and_restart_while_producing(produce, {"a": a, "b": b, "storage": storage}, seed=7)
     wait_for_rows(storage, "eo", n, timeout=180)
     time.sleep(2)  # late duplicates, if there were any, would land now
     assert table_state(storage, "eo") == (n, n, sum(i * 3 for i in range(n)))

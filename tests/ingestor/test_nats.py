@@ -2,11 +2,9 @@
 serving storage node. The stream sequence takes the place of the Kafka offset."""
 
 import json
-import random
-import threading
 import time
 
-from ingest_services import Ingestor, table_state, wait_for_rows, wait_until
+from ingest_services import Ingestor, kill_and_restart_while_producing, table_state, wait_for_rows, wait_until
 
 
 def write_pipeline(path, nats_server, stream, table, *, errors="", subjects="", batch="{ max_rows: 300, max_ms: 200 }"):
@@ -76,17 +74,7 @@ def test_exactly_once_while_ingestors_and_the_storage_node_are_killed(tmp_path, 
             nats_server.publish(messages("ORDERS3", range(chunk * 1000, (chunk + 1) * 1000)))
             time.sleep(0.3)
 
-    producer = threading.Thread(target=produce)
-    producer.start()
-    rng = random.Random(11)
-    victims = {"a": a, "b": b, "storage": storage}
-    for _ in range(6):
-        time.sleep(rng.uniform(0.5, 2.0))
-        name = rng.choice(sorted(victims))
-        victims[name].kill()
-        time.sleep(rng.uniform(0.0, 1.0))
-        victims[name].start()
-    producer.join()
+    kill_and_restart_while_producing(produce, {"a": a, "b": b, "storage": storage}, seed=11)
     wait_for_rows(storage, "eo_nats", n, timeout=180)
     time.sleep(2)  # late duplicates, if there were any, would land now
     assert table_state(storage, "eo_nats") == (n, n, sum(i * 3 for i in range(n)))
