@@ -242,7 +242,8 @@ impl<S: Source> Runner<S> {
             key: m.key.as_deref(),
             headers: &m.headers,
         };
-        let keep_payload = !matches!(self.pipeline.errors.mode, ErrorMode::Skip);
+        // A row's raw message is needed only to dead-letter it if its values turn out not to fit.
+        let keep_payload = matches!(self.pipeline.errors.mode, ErrorMode::DeadLetter { .. });
         let mut failed = None;
         let mut full = Vec::new();
         for (t, sink) in self.tables.iter().enumerate() {
