@@ -19,8 +19,6 @@ pub enum IngestError {
     ErrorRate { topic: String, partition: i32, bad: usize, total: usize, limit: f64 },
     #[error("nats: {0}")]
     Nats(String),
-    #[error("Avro schema {path}: {message}")]
-    Schema { path: std::path::PathBuf, message: String },
     #[error("the schema registry {url}: {message}")]
     SchemaRegistry { url: String, message: String },
     #[error("a background task failed: {0}")]

@@ -197,9 +197,7 @@ impl<S: Source> Runner<S> {
                 self.flush(&key, t).await?;
             }
         }
-        while let Some(done) = self.inserts.join_next().await {
-            self.on_inserted(done).await?;
-        }
+        while self.finish_an_insert().await? {}
         for (_, p) in std::mem::take(&mut self.owned) {
             if let Err(e) = self.ownership.release(p.lock).await {
                 warn!(error = %e, "cannot release a partition lock (it goes with the session)");
@@ -304,11 +302,8 @@ impl<S: Source> Runner<S> {
             self.flush(&key, t).await?;
         }
         while self.in_flight_bytes > self.pipeline.max_in_flight_bytes as usize {
-            if !self.flush_largest().await? {
-                match self.inserts.join_next().await {
-                    Some(done) => self.on_inserted(done).await?,
-                    None => break,
-                }
+            if !self.flush_largest().await? && !self.finish_an_insert().await? {
+                break;
             }
         }
         Ok(())
@@ -357,12 +352,19 @@ impl<S: Source> Runner<S> {
         }
     }
 
+    /// Waits for the next insert in flight to end and takes its outcome; false if none was.
+    async fn finish_an_insert(&mut self) -> Result<bool, IngestError> {
+        match self.inserts.join_next().await {
+            Some(done) => self.on_inserted(done).await.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     /// Waits until no block of (partition, table) is being inserted.
     async fn wait_for_insert(&mut self, key: &PartitionKey, t: usize) -> Result<(), IngestError> {
         while self.owned.get(key).is_some_and(|p| p.tables[t].in_flight.is_some()) {
-            match self.inserts.join_next().await {
-                Some(done) => self.on_inserted(done).await?,
-                None => break,
+            if !self.finish_an_insert().await? {
+                break;
             }
         }
         Ok(())

@@ -24,40 +24,31 @@ pub struct PayloadDecoder {
 
 enum PayloadFormat {
     Json,
-    Avro(AvroSchema),
-    Confluent(Confluent),
+    Avro(Arc<AvroSchema>),
+    Confluent(Box<Confluent>),
 }
 
 /// The Confluent wire format: magic byte 0, a big-endian schema id, then an Avro datum.
-pub struct Confluent {
+struct Confluent {
     /// Schemas by id: those of the pipeline file, then those the registry gave; an id the
     /// registry does not know is remembered too, so that bad messages cost no request.
     schemas: HashMap<u32, Result<Arc<AvroSchema>, DecodeError>>,
     registry: Option<Registry>,
 }
 
-fn load_schema(path: &std::path::Path) -> Result<AvroSchema, IngestError> {
-    let bad = |message: String| IngestError::Schema { path: path.to_path_buf(), message };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    AvroSchema::parse(&text).map_err(bad)
-}
-
 impl PayloadDecoder {
     pub fn new(format: &Format, projection: Projection) -> Result<PayloadDecoder, IngestError> {
         let format = match format {
             Format::Json => PayloadFormat::Json,
-            Format::Avro { schema } => PayloadFormat::Avro(load_schema(schema)?),
+            Format::Avro { schema } => PayloadFormat::Avro(schema.clone()),
             Format::AvroConfluent { registry_url, schemas } => {
-                let mut known = HashMap::new();
-                for (id, path) in schemas {
-                    known.insert(*id, Ok(Arc::new(load_schema(path)?)));
-                }
+                let known = schemas.iter().map(|(id, schema)| (*id, Ok(schema.clone()))).collect();
                 let registry = registry_url
                     .as_deref()
                     .map(Registry::new)
                     .transpose()
                     .map_err(|message| IngestError::SchemaRegistry { url: String::new(), message })?;
-                PayloadFormat::Confluent(Confluent { schemas: known, registry })
+                PayloadFormat::Confluent(Box::new(Confluent { schemas: known, registry }))
             }
         };
         Ok(PayloadDecoder { projection, format })

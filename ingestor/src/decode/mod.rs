@@ -146,10 +146,6 @@ impl RowDecoder {
         })
     }
 
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
     /// One row: a value per column, in table order. Fields this table alone reads are taken
     /// out of the document.
     pub fn decode(&self, document: &mut Document, meta: &MessageMeta<'_>) -> Result<Vec<Value>, DecodeError> {

@@ -317,8 +317,8 @@ impl<'a> Checker<'a> {
                                     self.problem(id.at, "format.avro-confluent.schemas: expected a schema id (a whole number) as the key");
                                     continue;
                                 };
-                                if let Some(path) = self.schema_file(file, "format.avro-confluent.schemas") {
-                                    schemas.insert(id_value, path);
+                                if let Some(schema) = self.schema_file(file, "format.avro-confluent.schemas") {
+                                    schemas.insert(id_value, schema);
                                 }
                             }
                         }
@@ -340,7 +340,8 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn schema_file(&mut self, node: &Node, what: &str) -> Option<PathBuf> {
+    /// The Avro schema in the file a node names, parsed.
+    fn schema_file(&mut self, node: &Node, what: &str) -> Option<Arc<AvroSchema>> {
         let name = self.string(node, what)?;
         let path = self.base.join(&name);
         let parsed =
@@ -348,7 +349,7 @@ impl<'a> Checker<'a> {
                 |text| AvroSchema::parse(&text).map_err(|e| format!("{} is not an Avro schema: {e}", path.display())),
             );
         match parsed {
-            Ok(_) => Some(path),
+            Ok(schema) => Some(Arc::new(schema)),
             Err(message) => {
                 self.problem(node.at, format!("{what}: {message}"));
                 None
@@ -357,10 +358,7 @@ impl<'a> Checker<'a> {
     }
 
     /// With one writer schema, every mapped field must be in it.
-    fn check_fields_in_schema(&mut self, schema: &Path, tables: &[TableTarget]) {
-        let Some(schema) = std::fs::read_to_string(schema).ok().and_then(|t| AvroSchema::parse(&t).ok()) else {
-            return;
-        };
+    fn check_fields_in_schema(&mut self, schema: &AvroSchema, tables: &[TableTarget]) {
         for mapping in tables.iter().flat_map(|t| &t.columns) {
             if let ValueSource::Field(path) = &mapping.source {
                 if let Err(message) = schema.check_path(path) {

@@ -10,8 +10,11 @@ pub mod yaml;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use mergestream_engine::TableDef;
+
+use crate::decode::avro::AvroSchema;
 
 pub use yaml::Location;
 
@@ -57,10 +60,11 @@ pub struct NatsSource {
 pub enum Format {
     /// One JSON object per message.
     Json,
-    /// Avro binary with one writer schema.
-    Avro { schema: PathBuf },
+    /// Avro binary with one writer schema (parsed when the pipeline loads).
+    Avro { schema: Arc<AvroSchema> },
     /// Confluent framing: magic byte 0, a 4-byte big-endian schema id, then Avro binary.
-    AvroConfluent { registry_url: Option<String>, schemas: BTreeMap<u32, PathBuf> },
+    /// `schemas` are the pipeline file's own, by id; the registry is asked for the others.
+    AvroConfluent { registry_url: Option<String>, schemas: BTreeMap<u32, Arc<AvroSchema>> },
 }
 
 #[derive(Debug, Clone)]
