@@ -164,6 +164,10 @@ impl IngestService {
         Ok(())
     }
 
+    /// Prepares the block, moves the offset node, then activates the parts. The steps run as
+    /// a task of their own: tonic drops a request's future when its client goes away, and a
+    /// writer killed after the offset node moved must not leave the block prepared but
+    /// invisible until the next restart (seen in the ingestor's SIGKILL test).
     async fn insert_with_offset(
         &self,
         table: Arc<Table>,
@@ -175,81 +179,91 @@ impl IngestService {
             .coordinator
             .clone()
             .ok_or_else(|| Status::failed_precondition("this storage node has no coordinator (--coordinator)"))?;
-        let rows = batch.num_rows() as u64;
-        let attempt = new_attempt_id();
-        let pending = PendingCommit { path: offset.path.clone(), token: token.clone(), attempt: attempt.clone() };
-        let context = serde_json::to_string(&pending).map_err(|e| Status::internal(e.to_string()))?;
-        let options = InsertOptions { deduplication_token: Some(token.clone()) };
-        let t = table.clone();
-        let prepared = blocking(move || t.prepare_insert(batch, &options, &context)).await?.map_err(engine_status)?;
+        tokio::spawn(commit_with_offset(coordinator, table, batch, token, offset))
+            .await
+            .map_err(|e| Status::internal(format!("insert task failed: {e}")))?
+    }
+}
 
-        let record =
-            OffsetRecord { next: offset.next_position, token: token.clone(), attempt: attempt.clone() }.encode();
-        let outcome = match coordinator.keeper().await {
-            Ok(k) => k.set(&offset.path, &record, Some(offset.expected_version)).await,
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Ok(version) => {
-                let t = table.clone();
-                let summary = blocking(move || t.commit_prepared(prepared)).await?.map_err(engine_status)?;
-                metrics::counter!("mergestream_storage_blocks_committed_total").increment(1);
-                Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version: version })
-            }
-            Err(e) => {
-                coordinator.forget_if_lost(&e).await;
-                self.settle_unknown(&coordinator, table, prepared, &offset, &pending, e).await
-            }
+async fn commit_with_offset(
+    coordinator: Arc<Coordinator>,
+    table: Arc<Table>,
+    batch: RecordBatch,
+    token: String,
+    offset: mergestream_proto::ingest::OffsetCommit,
+) -> Result<InsertReply, Status> {
+    let rows = batch.num_rows() as u64;
+    let attempt = new_attempt_id();
+    let pending = PendingCommit { path: offset.path.clone(), token: token.clone(), attempt: attempt.clone() };
+    let context = serde_json::to_string(&pending).map_err(|e| Status::internal(e.to_string()))?;
+    let options = InsertOptions { deduplication_token: Some(token.clone()) };
+    let t = table.clone();
+    let prepared = blocking(move || t.prepare_insert(batch, &options, &context)).await?.map_err(engine_status)?;
+
+    let record = OffsetRecord { next: offset.next_position, token: token.clone(), attempt: attempt.clone() }.encode();
+    let outcome = match coordinator.keeper().await {
+        Ok(k) => k.set(&offset.path, &record, Some(offset.expected_version)).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(version) => {
+            let t = table.clone();
+            let summary = blocking(move || t.commit_prepared(prepared)).await?.map_err(engine_status)?;
+            metrics::counter!("mergestream_storage_blocks_committed_total").increment(1);
+            Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version: version })
+        }
+        Err(e) => {
+            coordinator.forget_if_lost(&e).await;
+            settle_unknown(&coordinator, table, prepared, &offset, &pending, e).await
         }
     }
+}
 
-    /// After a failed compare-and-set: reads the offset node back. If it names this attempt,
-    /// the write went through before the connection broke; if it names another attempt at the
-    /// same token, an earlier try committed the block and this one adds nothing.
-    async fn settle_unknown(
-        &self,
-        coordinator: &Coordinator,
-        table: Arc<Table>,
-        prepared: PreparedInsert,
-        offset: &mergestream_proto::ingest::OffsetCommit,
-        pending: &PendingCommit,
-        error: KeeperError,
-    ) -> Result<InsertReply, Status> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let current = loop {
-            match coordinator.read_offset(&offset.path).await {
-                Ok(current) => break current,
-                Err(e) if Instant::now() < deadline => {
-                    warn!(path = offset.path, error = %e, "cannot read the offset node back yet");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => {
-                    // Left prepared: the next start decides it from the offset node.
-                    return Err(Status::unavailable(format!("the coordinator cannot be reached: {e}")));
-                }
+/// After a failed compare-and-set: reads the offset node back. If it names this attempt,
+/// the write went through before the connection broke; if it names another attempt at the
+/// same token, an earlier try committed the block and this one adds nothing.
+async fn settle_unknown(
+    coordinator: &Coordinator,
+    table: Arc<Table>,
+    prepared: PreparedInsert,
+    offset: &mergestream_proto::ingest::OffsetCommit,
+    pending: &PendingCommit,
+    error: KeeperError,
+) -> Result<InsertReply, Status> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let current = loop {
+        match coordinator.read_offset(&offset.path).await {
+            Ok(current) => break current,
+            Err(e) if Instant::now() < deadline => {
+                warn!(path = offset.path, error = %e, "cannot read the offset node back yet");
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-        };
-        match current {
-            Some((record, version)) if record.attempt == pending.attempt => {
-                let rows = prepared.record.rows as u64;
-                let summary = blocking(move || table.commit_prepared(prepared)).await?.map_err(engine_status)?;
-                Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version: version })
+            Err(e) => {
+                // Left prepared: the next start decides it from the offset node.
+                return Err(Status::unavailable(format!("the coordinator cannot be reached: {e}")));
             }
-            Some((record, version)) if record.token == pending.token => {
-                // A retry of a block that already committed: nothing to add.
-                blocking(move || table.abort_prepared(prepared)).await?;
-                metrics::counter!("mergestream_storage_blocks_duplicate_total").increment(1);
-                Ok(InsertReply { rows: 0, parts: Vec::new(), duplicate: true, offset_version: version })
-            }
-            current => {
-                blocking(move || table.abort_prepared(prepared)).await?;
-                metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
-                let found = current.map_or("missing".to_string(), |(r, v)| format!("at version {v} (next {})", r.next));
-                Err(Status::failed_precondition(format!(
-                    "offset node {} is {found}, not at version {}: another writer moved it ({error})",
-                    offset.path, offset.expected_version
-                )))
-            }
+        }
+    };
+    match current {
+        Some((record, version)) if record.attempt == pending.attempt => {
+            let rows = prepared.record.rows as u64;
+            let summary = blocking(move || table.commit_prepared(prepared)).await?.map_err(engine_status)?;
+            Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version: version })
+        }
+        Some((record, version)) if record.token == pending.token => {
+            // A retry of a block that already committed: nothing to add.
+            blocking(move || table.abort_prepared(prepared)).await?;
+            metrics::counter!("mergestream_storage_blocks_duplicate_total").increment(1);
+            Ok(InsertReply { rows: 0, parts: Vec::new(), duplicate: true, offset_version: version })
+        }
+        current => {
+            blocking(move || table.abort_prepared(prepared)).await?;
+            metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
+            let found = current.map_or("missing".to_string(), |(r, v)| format!("at version {v} (next {})", r.next));
+            Err(Status::failed_precondition(format!(
+                "offset node {} is {found}, not at version {}: another writer moved it ({error})",
+                offset.path, offset.expected_version
+            )))
         }
     }
 }
