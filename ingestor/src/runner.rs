@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
 use coordinator_client::EphemeralLock;
 use futures::FutureExt;
 use mergestream_proto::ingest::OffsetCommit;
@@ -44,11 +45,12 @@ struct TableSink {
     schema: SchemaRef,
 }
 
-/// The raw message behind a row, kept for rows found bad only when the block is built.
+/// The raw message behind a row, kept for rows found bad only when the block is built (a
+/// slice of the source's buffer, not a copy).
 struct Origin {
     position: i64,
-    payload: Vec<u8>,
-    key: Option<Vec<u8>>,
+    payload: Bytes,
+    key: Option<Bytes>,
 }
 
 /// The rows of one table from one partition, waiting to be flushed. It covers every position
@@ -65,11 +67,11 @@ struct Buffer {
 }
 
 impl Buffer {
-    fn new(first: i64) -> Buffer {
+    fn new(first: i64, rows: Rows) -> Buffer {
         Buffer {
             first,
             last: first - 1,
-            rows: Rows::default(),
+            rows,
             origins: Vec::new(),
             dead: Vec::new(),
             skipped: 0,
@@ -240,8 +242,6 @@ impl<S: Source> Runner<S> {
             key: m.key.as_deref(),
             headers: &m.headers,
         };
-        // A row's raw message is needed only to dead-letter it if its values turn out not to fit.
-        let keep_payload = matches!(self.pipeline.errors.mode, ErrorMode::DeadLetter { .. });
         let mut failed = None;
         let mut full = Vec::new();
         for (t, sink) in self.tables.iter().enumerate() {
@@ -249,36 +249,28 @@ impl<S: Source> Runner<S> {
             if tp.position.next != BEGINNING && position < tp.position.next {
                 continue; // already in this table
             }
+            let buffer = tp.buffer.get_or_insert_with(|| Buffer::new(position, sink.decoder.rows()));
             let decoded = match &mut document {
-                Ok(doc) => sink.decoder.decode(doc, &meta),
+                Ok(doc) => sink.decoder.decode(doc, &meta, &mut buffer.rows),
                 Err(e) => Err(e.clone()),
             };
             if let (Err(e), ErrorMode::Fail) = (&decoded, &self.pipeline.errors.mode) {
                 failed = Some(e.to_string());
+                if buffer.last < buffer.first {
+                    tp.buffer = None; // made for this message only
+                }
                 break;
             }
-            let buffer = tp.buffer.get_or_insert_with(|| Buffer::new(position));
             buffer.last = position;
             buffer.bytes += m.payload.len();
             self.in_flight_bytes += m.payload.len();
+            let origin = Origin { position, payload: m.payload.clone(), key: m.key.clone() };
             match decoded {
-                Ok(row) => {
-                    buffer.rows.push(row);
-                    buffer.origins.push(Origin {
-                        position,
-                        payload: if keep_payload { m.payload.clone() } else { Vec::new() },
-                        key: m.key.clone(),
-                    });
-                }
+                Ok(()) => buffer.origins.push(origin),
                 Err(e) => {
                     metrics::counter!("mergestream_ingestor_decode_errors_total", "kind" => e.kind()).increment(1);
                     debug!(partition = ?key, position, table = sink.name, error = %e, "bad message");
-                    set_aside(
-                        buffer,
-                        &self.pipeline.errors.mode,
-                        e,
-                        Origin { position, payload: m.payload.clone(), key: m.key.clone() },
-                    );
+                    set_aside(buffer, &self.pipeline.errors.mode, e, origin);
                 }
             }
             let limits = &self.pipeline.batch;
@@ -294,7 +286,7 @@ impl<S: Source> Runner<S> {
                 self.flush(&key, t).await?;
                 self.wait_for_insert(&key, t).await?;
             }
-            return Err(IngestError::BadMessage { topic: key.0, partition: key.1, offset: position, reason });
+            return Err(IngestError::BadMessage { topic: key.0.to_string(), partition: key.1, offset: position, reason });
         }
         for t in full {
             // A full buffer waits for the block before it: one insert per table and partition.
@@ -382,7 +374,7 @@ impl<S: Source> Runner<S> {
         let limit = self.pipeline.errors.max_error_rate;
         if total > 0 && buffer.bad() as f64 / total as f64 > limit {
             return Err(IngestError::ErrorRate {
-                topic: key.0.clone(),
+                topic: key.0.to_string(),
                 partition: key.1,
                 bad: buffer.bad(),
                 total,
@@ -432,7 +424,7 @@ impl<S: Source> Runner<S> {
                 let origin = buffer.origins.remove(row);
                 if let ErrorMode::Fail = &self.pipeline.errors.mode {
                     return Err(IngestError::BadMessage {
-                        topic: key.0.clone(),
+                        topic: key.0.to_string(),
                         partition: key.1,
                         offset: origin.position,
                         reason: e.to_string(),
@@ -560,7 +552,7 @@ impl<S: Source> Runner<S> {
             } else {
                 tables.iter().map(|t| t.position.next).min().unwrap_or(BEGINNING)
             };
-            info!(topic = key.0, partition = key.1, from = fetch_next, "owning partition");
+            info!(topic = &*key.0, partition = key.1, from = fetch_next, "owning partition");
             self.owned.insert(key, OwnedPartition { lock, tables, fetch_next });
             changed = true;
         }

@@ -80,7 +80,7 @@ fn through_source(args: &Args) -> anyhow::Result<()> {
             properties: Default::default(),
         };
         let mut source = Kafka::new(&config)?;
-        let from: Vec<_> = (0..args.partitions).map(|p| ((args.topic.clone(), p), -2)).collect();
+        let from: Vec<_> = (0..args.partitions).map(|p| ((args.topic.as_str().into(), p), -2)).collect();
         source.assign(&from).await?;
         let began = Instant::now();
         let (mut messages, mut bytes) = (0u64, 0u64);

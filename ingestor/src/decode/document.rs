@@ -2,12 +2,16 @@
 //!
 //! The mappings of all the pipeline's tables name the top-level fields they read (`order` of
 //! `order.customer.id`); a JSON payload is parsed into those fields only, by slot, with keys
-//! matched in place and every other field skipped unbuilt. A field that one mapping alone
-//! reads whole is moved into its row rather than copied.
+//! matched in place and every other field skipped unbuilt. A scalar field stays a [`Field`]:
+//! a number as parsed, a string borrowed from the payload when it has no escapes; only a
+//! nested object or array is built as JSON. A field that one mapping alone reads whole is
+//! moved into its row rather than copied.
 
+use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value as Json;
 
 use super::DecodeError;
@@ -21,10 +25,54 @@ pub struct Projection {
     readers: Vec<usize>,
 }
 
-/// The projected fields of one message, by slot; `None` where the message lacks one.
+/// The projected fields of one message, by slot; `None` where the message lacks one or has
+/// null.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Document {
-    values: Vec<Option<Json>>,
+pub struct Document<'a> {
+    values: Vec<Option<Field<'a>>>,
+}
+
+/// One value of a message, as its format gave it. JSON null is not a field: it counts as
+/// missing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Field<'a> {
+    Bool(bool),
+    /// A non-negative integer (serde_json's own split: negative integers are `I64`).
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Str(Cow<'a, str>),
+    /// An object or an array.
+    Nested(Json),
+}
+
+impl Field<'_> {
+    /// `None` for null.
+    pub fn from_json(value: Json) -> Option<Field<'static>> {
+        Some(match value {
+            Json::Null => return None,
+            Json::Bool(b) => Field::Bool(b),
+            Json::Number(n) => match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => Field::U64(u),
+                (None, Some(i)) => Field::I64(i),
+                (None, None) => Field::F64(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Json::String(s) => Field::Str(Cow::Owned(s)),
+            nested => Field::Nested(nested),
+        })
+    }
+
+    /// The same value as JSON, exactly as serde_json would have parsed it.
+    pub fn into_json(self) -> Json {
+        match self {
+            Field::Bool(b) => Json::Bool(b),
+            Field::U64(u) => u.into(),
+            Field::I64(i) => i.into(),
+            Field::F64(f) => serde_json::Number::from_f64(f).map_or(Json::Null, Json::Number),
+            Field::Str(s) => Json::String(s.into_owned()),
+            Field::Nested(v) => v,
+        }
+    }
 }
 
 impl Projection {
@@ -56,7 +104,7 @@ impl Projection {
     }
 
     /// Parses a JSON payload: it must be one object, with nothing after it.
-    pub fn parse_json(&self, payload: &[u8]) -> Result<Document, DecodeError> {
+    pub fn parse_json<'a>(&self, payload: &'a [u8]) -> Result<Document<'a>, DecodeError> {
         let mut de = serde_json::Deserializer::from_slice(payload);
         let parsed = DocumentSeed(self).deserialize(&mut de).and_then(|doc| de.end().map(|()| doc));
         match parsed {
@@ -67,25 +115,26 @@ impl Projection {
     }
 
     /// The projected fields of an already decoded value (an Avro record).
-    pub fn project(&self, value: Json) -> Result<Document, DecodeError> {
+    pub fn project(&self, value: Json) -> Result<Document<'static>, DecodeError> {
         let Json::Object(mut object) = value else { return Err(DecodeError::NotAnObject(json_kind(&value))) };
-        Ok(Document { values: self.names.iter().map(|n| object.remove(n)).collect() })
+        Ok(Document { values: self.names.iter().map(|n| object.remove(n).and_then(Field::from_json)).collect() })
     }
 }
 
-impl Document {
+impl<'a> Document<'a> {
     /// The value at `rest` inside the field in `slot`; taken out of the document when `take`
-    /// (its only reader), copied otherwise. Null counts as missing.
-    pub fn get(&mut self, slot: usize, rest: &[String], take: bool) -> Option<Json> {
+    /// (its only reader), copied otherwise.
+    pub fn get(&mut self, slot: usize, rest: &[String], take: bool) -> Option<Field<'a>> {
         let field = self.values.get_mut(slot)?;
-        if rest.is_empty() && take {
-            return field.take().filter(|v| !v.is_null());
+        if rest.is_empty() {
+            return if take { field.take() } else { field.clone() };
         }
-        let mut at = field.as_ref();
+        let Some(Field::Nested(nested)) = field.as_ref() else { return None };
+        let mut at: &Json = nested;
         for step in rest {
-            at = at.and_then(|v| v.get(step));
+            at = at.get(step)?;
         }
-        at.filter(|v| !v.is_null()).cloned()
+        Field::from_json(at.clone())
     }
 }
 
@@ -105,7 +154,7 @@ pub fn json_kind(v: &Json) -> &'static str {
 struct DocumentSeed<'p>(&'p Projection);
 
 impl<'de> DeserializeSeed<'de> for DocumentSeed<'_> {
-    type Value = Result<Document, &'static str>;
+    type Value = Result<Document<'de>, &'static str>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
@@ -113,7 +162,7 @@ impl<'de> DeserializeSeed<'de> for DocumentSeed<'_> {
 }
 
 impl<'de> Visitor<'de> for DocumentSeed<'_> {
-    type Value = Result<Document, &'static str>;
+    type Value = Result<Document<'de>, &'static str>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
@@ -123,7 +172,7 @@ impl<'de> Visitor<'de> for DocumentSeed<'_> {
         let mut values = vec![None; self.0.names.len()];
         while let Some(slot) = map.next_key_seed(KeySeed(self.0))? {
             match slot {
-                Some(slot) => values[slot] = Some(map.next_value::<Json>()?),
+                Some(slot) => values[slot] = map.next_value_seed(FieldSeed)?,
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -162,6 +211,67 @@ impl<'de> Visitor<'de> for DocumentSeed<'_> {
     }
 }
 
+/// One field's value: scalars as they are, nested values built as JSON, null as `None`.
+struct FieldSeed;
+
+impl<'de> DeserializeSeed<'de> for FieldSeed {
+    type Value = Option<Field<'de>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldSeed {
+    type Value = Option<Field<'de>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Self::Value, E> {
+        Ok(Some(Field::Bool(b)))
+    }
+
+    fn visit_u64<E>(self, u: u64) -> Result<Self::Value, E> {
+        Ok(Some(Field::U64(u)))
+    }
+
+    fn visit_i64<E>(self, i: i64) -> Result<Self::Value, E> {
+        // serde_json calls this for negative integers only; keep its split if another
+        // deserializer does not.
+        Ok(Some(u64::try_from(i).map_or(Field::I64(i), Field::U64)))
+    }
+
+    fn visit_f64<E>(self, f: f64) -> Result<Self::Value, E> {
+        Ok(Some(Field::F64(f)))
+    }
+
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+        Ok(Some(Field::Str(Cow::Borrowed(s))))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(Some(Field::Str(Cow::Owned(s.to_owned()))))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+        Ok(Some(Field::Str(Cow::Owned(s))))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        Json::deserialize(MapAccessDeserializer::new(map)).map(|v| Some(Field::Nested(v)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        Json::deserialize(SeqAccessDeserializer::new(seq)).map(|v| Some(Field::Nested(v)))
+    }
+}
+
 /// A key of the top-level object, matched against the projection without copying it.
 struct KeySeed<'p>(&'p Projection);
 
@@ -197,10 +307,22 @@ mod tests {
     fn only_the_read_fields_are_kept() {
         let p = projection(&["id", "order"], &[1, 2]);
         let mut doc = p.parse_json(br#"{"skip": [1, {"x": 2}], "order": {"who": "ann"}, "id": 7}"#).expect("object");
-        assert_eq!(doc.values, vec![Some(serde_json::json!(7)), Some(serde_json::json!({"who": "ann"}))]);
-        assert_eq!(doc.get(1, &["who".to_string()], false), Some(serde_json::json!("ann")));
-        assert_eq!(doc.get(0, &[], true), Some(serde_json::json!(7)));
+        assert_eq!(doc.values, vec![Some(Field::U64(7)), Some(Field::Nested(serde_json::json!({"who": "ann"})))]);
+        assert_eq!(doc.get(1, &["who".to_string()], false), Some(Field::Str("ann".into())));
+        assert_eq!(doc.get(0, &[], true), Some(Field::U64(7)));
         assert_eq!(doc.get(0, &[], true), None, "taken");
+    }
+
+    #[test]
+    fn fields_borrow_plain_strings_and_keep_numbers_as_parsed() {
+        let p = projection(&["a", "b", "c", "d", "e"], &[1, 1, 1, 1, 1]);
+        let doc = p.parse_json(br#"{"a": "plain", "b": "esc\"aped", "c": -3, "d": 1.5, "e": null}"#).expect("object");
+        assert!(matches!(&doc.values[0], Some(Field::Str(Cow::Borrowed("plain")))));
+        assert!(matches!(&doc.values[1], Some(Field::Str(Cow::Owned(s))) if s == "esc\"aped"));
+        assert_eq!(doc.values[2..], [Some(Field::I64(-3)), Some(Field::F64(1.5)), None]);
+        for json in [serde_json::json!(-3), serde_json::json!(7), serde_json::json!(1.5), serde_json::json!("s")] {
+            assert_eq!(Field::from_json(json.clone()).map(Field::into_json), Some(json));
+        }
     }
 
     #[test]
@@ -210,6 +332,6 @@ mod tests {
         assert_eq!(p.parse_json(b"\"x\""), Err(DecodeError::NotAnObject("a string")));
         assert!(matches!(p.parse_json(b"{\"id\": 1"), Err(DecodeError::Malformed(_))));
         assert!(matches!(p.parse_json(b"{\"id\": 1} x"), Err(DecodeError::Malformed(_))));
-        assert_eq!(p.parse_json(br#"{"i\u0064": 5}"#).map(|d| d.values), Ok(vec![Some(serde_json::json!(5))]));
+        assert_eq!(p.parse_json(br#"{"i\u0064": 5}"#).map(|d| d.values), Ok(vec![Some(Field::U64(5))]));
     }
 }

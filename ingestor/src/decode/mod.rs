@@ -4,11 +4,14 @@
 //! [`avro`] with schemas from files or a schema registry) into a JSON document; the mapping
 //! then picks each column's value out of it, the same way for every format.
 //!
-//! Values are collected per column and turned into Arrow arrays once per block with the same
-//! conversion `INSERT … FORMAT JSONEachRow` uses (mergestream-query's `column_from_values`). A
-//! value that does not fit its column fails that conversion; the block then finds the rows
-//! at fault one by one (a rare path), so the common path converts each column once.
+//! Values are collected per column ([`columns`]): those of common types unboxed as they are
+//! decoded, the others as generic values turned into Arrow arrays once per block with the
+//! same conversion `INSERT … FORMAT JSONEachRow` uses (mergestream-query's
+//! `column_from_values`). A value that does not fit its column fails that conversion; the
+//! block then finds the rows at fault one by one (a rare path), so the common path converts
+//! each column once.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow::array::ArrayRef;
@@ -21,11 +24,13 @@ use mergestream_query::input::{column_default, from_json};
 use crate::pipeline::{ColumnMapping, Conversion, TableTarget, ValueSource};
 
 pub mod avro;
+pub mod columns;
 pub mod document;
 pub mod format;
 pub mod registry;
 
-pub use document::{Document, Projection};
+pub use columns::{Cell, Column};
+pub use document::{Document, Field, Projection};
 pub use format::PayloadDecoder;
 
 /// What a message carries besides its payload.
@@ -70,35 +75,33 @@ impl DecodeError {
     }
 }
 
-/// Decoded rows of one table, kept column by column: a block is built from each column's
-/// values as they are, with no copy.
-#[derive(Debug, Clone, Default)]
+/// Decoded rows of one table, kept column by column (made by [`RowDecoder::rows`]).
+#[derive(Debug, Clone)]
 pub struct Rows {
-    columns: Vec<Vec<Value>>,
+    columns: Vec<Column>,
+    len: usize,
 }
 
 impl Rows {
     pub fn len(&self) -> usize {
-        self.columns.first().map_or(0, Vec::len)
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Appends a row: one value per column, in table order.
-    pub fn push(&mut self, row: Vec<Value>) {
-        if self.columns.is_empty() {
-            self.columns = (0..row.len()).map(|_| Vec::new()).collect();
-        }
-        for (column, value) in self.columns.iter_mut().zip(row) {
-            column.push(value);
-        }
+        self.len == 0
     }
 
     pub fn remove(&mut self, row: usize) {
         for column in &mut self.columns {
             column.remove(row);
+        }
+        self.len -= 1;
+    }
+
+    /// Drops the values a row being decoded left in some columns.
+    fn roll_back(&mut self) {
+        for column in &mut self.columns {
+            column.truncate(self.len);
         }
     }
 }
@@ -146,41 +149,69 @@ impl RowDecoder {
         })
     }
 
-    /// One row: a value per column, in table order. Fields this table alone reads are taken
-    /// out of the document.
-    pub fn decode(&self, document: &mut Document, meta: &MessageMeta<'_>) -> Result<Vec<Value>, DecodeError> {
-        let mut row = Vec::with_capacity(self.sources.len());
-        for (i, ColumnSource { mapping, slot, fallback }) in self.sources.iter().enumerate() {
-            let Some(mapping) = mapping else {
-                row.push(fallback.clone());
-                continue;
-            };
-            let raw = match &mapping.source {
-                ValueSource::Field(path) => slot.and_then(|(slot, take)| document.get(slot, &path[1..], take)),
-                ValueSource::Key => {
-                    meta.key.map(|k| serde_json::Value::String(String::from_utf8_lossy(k).into_owned()))
+    /// An empty buffer of this table's rows.
+    pub fn rows(&self) -> Rows {
+        let columns = self
+            .types
+            .iter()
+            .zip(&self.sources)
+            .map(|(ty, source)| Column::new(ty, source.mapping.as_ref().is_some_and(|m| m.convert.is_none())))
+            .collect();
+        Rows { columns, len: 0 }
+    }
+
+    /// Decodes one row into `rows`: a value per column. Fields this table alone reads are
+    /// taken out of the document. On an error `rows` is left as it was.
+    pub fn decode<'a>(
+        &self,
+        document: &mut Document<'a>,
+        meta: &MessageMeta<'a>,
+        rows: &mut Rows,
+    ) -> Result<(), DecodeError> {
+        for (i, source) in self.sources.iter().enumerate() {
+            match self.cell(i, source, document, meta) {
+                Ok(cell) => rows.columns[i].push(cell),
+                Err(e) => {
+                    rows.roll_back();
+                    return Err(e);
                 }
-                ValueSource::Topic => Some(serde_json::Value::String(meta.topic.to_string())),
-                ValueSource::Partition => Some(meta.partition.into()),
-                ValueSource::Offset => Some(meta.offset.into()),
-                ValueSource::Timestamp => meta.timestamp_ms.map(|ms| timestamp_value(ms, &self.types[i])),
-                ValueSource::Header(name) => meta
-                    .headers
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| serde_json::Value::String(String::from_utf8_lossy(v).into_owned())),
-            };
-            let value = match (raw.or_else(|| mapping.default.clone()), &mapping.source) {
-                (Some(v), _) => convert(v, mapping.convert, &self.names[i])?,
-                (None, _) if self.types[i].is_nullable() => Value::Null,
-                (None, ValueSource::Field(path)) => {
+            }
+        }
+        rows.len += 1;
+        Ok(())
+    }
+
+    fn cell<'a>(
+        &self,
+        i: usize,
+        ColumnSource { mapping, slot, fallback }: &ColumnSource,
+        document: &mut Document<'a>,
+        meta: &MessageMeta<'a>,
+    ) -> Result<Cell<'a>, DecodeError> {
+        let Some(mapping) = mapping else { return Ok(Cell::Value(fallback.clone())) };
+        let raw = match &mapping.source {
+            ValueSource::Field(path) => slot.and_then(|(slot, take)| document.get(slot, &path[1..], take)),
+            ValueSource::Key => meta.key.map(|k| Field::Str(String::from_utf8_lossy(k))),
+            ValueSource::Topic => Some(Field::Str(Cow::Borrowed(meta.topic))),
+            ValueSource::Partition => Some(integer(meta.partition.into())),
+            ValueSource::Offset => Some(integer(meta.offset)),
+            ValueSource::Timestamp => meta.timestamp_ms.map(|ms| integer(timestamp_value(ms, &self.types[i]))),
+            ValueSource::Header(name) => {
+                meta.headers.iter().find(|(n, _)| n == name).map(|(_, v)| Field::Str(String::from_utf8_lossy(v)))
+            }
+        };
+        let raw = raw.or_else(|| mapping.default.clone().and_then(Field::from_json));
+        Ok(match (raw, mapping.convert) {
+            (Some(field), None) => Cell::Field(field),
+            (Some(field), Some(conversion)) => Cell::Value(convert(field.into_json(), conversion, &self.names[i])?),
+            (None, _) if self.types[i].is_nullable() => Cell::Null,
+            (None, _) => match &mapping.source {
+                ValueSource::Field(path) => {
                     return Err(DecodeError::MissingField { field: path.join("."), column: self.names[i].clone() })
                 }
-                (None, _) => fallback.clone(),
-            };
-            row.push(value);
-        }
-        Ok(row)
+                _ => Cell::Value(fallback.clone()),
+            },
+        })
     }
 
     /// A block of decoded rows; `Err` lists the rows (by index) whose values do not fit
@@ -190,8 +221,8 @@ impl RowDecoder {
             return Ok(RecordBatch::new_empty(Arc::clone(schema)));
         }
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.types.len());
-        for (ty, values) in self.types.iter().zip(&rows.columns) {
-            match column_from_values(ty, values) {
+        for (ty, column) in self.types.iter().zip(&rows.columns) {
+            match column.build(ty) {
                 Ok(array) => columns.push(array),
                 Err(_) => return Err(self.bad_rows(rows)),
             }
@@ -202,9 +233,13 @@ impl RowDecoder {
 
     fn bad_rows(&self, rows: &Rows) -> Vec<(usize, DecodeError)> {
         let mut bad = Vec::new();
+        // Typed columns took only values that fit; generic ones are checked row by row.
+        let generic: Vec<(usize, &[Value])> =
+            rows.columns.iter().enumerate().filter_map(|(c, column)| Some((c, column.generic()?))).collect();
         for r in 0..rows.len() {
-            for (c, ty) in self.types.iter().enumerate() {
-                if let Err(message) = column_from_values(ty, std::slice::from_ref(&rows.columns[c][r])) {
+            for (c, values) in &generic {
+                let c = *c;
+                if let Err(message) = column_from_values(&self.types[c], std::slice::from_ref(&values[r])) {
                     bad.push((r, DecodeError::WrongType { column: self.names[c].clone(), message }));
                     break;
                 }
@@ -215,27 +250,31 @@ impl RowDecoder {
 }
 
 /// The message timestamp for a DateTime column is in seconds; other columns get milliseconds.
-fn timestamp_value(ms: i64, ty: &ChType) -> serde_json::Value {
+fn timestamp_value(ms: i64, ty: &ChType) -> i64 {
     match ty.value_type() {
-        ChType::DateTime => (ms.div_euclid(1000)).into(),
-        _ => ms.into(),
+        ChType::DateTime => ms.div_euclid(1000),
+        _ => ms,
     }
 }
 
-fn convert(v: serde_json::Value, conversion: Option<Conversion>, column: &str) -> Result<Value, DecodeError> {
+/// An integer as JSON parsing gives it: non-negative ones are `U64`.
+fn integer(n: i64) -> Field<'static> {
+    u64::try_from(n).map_or(Field::I64(n), Field::U64)
+}
+
+fn convert(v: serde_json::Value, conversion: Conversion, column: &str) -> Result<Value, DecodeError> {
     let wrong = |message: String| DecodeError::WrongType { column: column.to_string(), message };
     Ok(match conversion {
-        None => from_json(v),
-        Some(Conversion::ToString) => Value::Str(match v {
+        Conversion::ToString => Value::Str(match v {
             serde_json::Value::String(s) => s,
             other => other.to_string(),
         }),
-        Some(Conversion::ParseNumber) => match v {
+        Conversion::ParseNumber => match v {
             serde_json::Value::String(s) if s.trim().parse::<f64>().is_ok() => Value::Number(s.trim().to_string()),
             serde_json::Value::Number(n) => Value::Number(n.to_string()),
             other => return Err(wrong(format!("parse_number: {other} is not a number"))),
         },
-        Some(Conversion::FromUnixMillis) => match v.as_i64() {
+        Conversion::FromUnixMillis => match v.as_i64() {
             Some(ms) => Value::Number(ms.div_euclid(1000).to_string()),
             None => return Err(wrong(format!("from_unix_millis: {v} is not a whole number of milliseconds"))),
         },
@@ -280,43 +319,43 @@ mod tests {
 
     #[test]
     fn rows_follow_the_mapping_and_defaults() {
+        use arrow::array::{Int32Array, StringArray, TimestampSecondArray, UInt64Array};
         let (d, p, schema) = decoder();
+        let mut rows = d.rows();
         let mut doc = p.parse_json(br#"{"id": 5, "extra": 1}"#).expect("object");
-        let row = d.decode(&mut doc, &meta(42)).expect("row");
-        assert_eq!(
-            row,
-            vec![
-                Value::Number("5".into()),
-                Value::Str("k".into()),
-                Value::Null,
-                Value::Number("7".into()),
-                Value::Number("42".into()),
-                Value::Number("1700000000".into())
-            ]
-        );
-        let mut rows = Rows::default();
-        rows.push(row);
+        d.decode(&mut doc, &meta(42), &mut rows).expect("row");
         let batch = d.build(&schema, &rows).expect("block");
-        assert_eq!(batch.num_rows(), 1);
+        let expected: Vec<ArrayRef> = vec![
+            Arc::new(UInt64Array::from(vec![5])),
+            Arc::new(StringArray::from(vec!["k"])),
+            Arc::new(StringArray::from(vec![None::<&str>])),
+            Arc::new(Int32Array::from(vec![7])),
+            Arc::new(UInt64Array::from(vec![42])),
+            Arc::new(TimestampSecondArray::from(vec![1_700_000_000])),
+        ];
+        for (c, want) in expected.iter().enumerate() {
+            assert_eq!(batch.column(c).to_data(), want.to_data(), "column {c}");
+        }
     }
 
     #[test]
     fn bad_messages_name_their_problem() {
         let (d, p, schema) = decoder();
-        let decode = |json: &[u8]| d.decode(&mut p.parse_json(json).expect("object"), &meta(1));
+        let mut rows = d.rows();
+        let mut decode = |json: &[u8]| d.decode(&mut p.parse_json(json).expect("object"), &meta(1), &mut rows);
         assert_eq!(
             decode(br#"{"note": "x"}"#),
             Err(DecodeError::MissingField { field: "id".into(), column: "id".into() })
         );
-        let good = decode(br#"{"id": 1}"#).expect("row");
-        let bad = decode(br#"{"id": "seven"}"#).expect("decodes; the type is checked in build");
-        let mut rows = Rows::default();
-        for row in [good.clone(), bad, good] {
-            rows.push(row);
-        }
+        decode(br#"{"id": 1}"#).expect("row");
+        decode(br#"{"id": "seven"}"#).expect("decodes; the type is checked in build");
+        decode(br#"{"id": 2}"#).expect("row");
+        assert_eq!(rows.len(), 3, "the missing field left nothing behind");
         let errors = d.build(&schema, &rows).expect_err("row 1 does not fit");
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].0, 1);
         assert!(errors[0].1.to_string().starts_with("column id: cannot parse 'seven' as UInt64"), "{}", errors[0].1);
+        rows.remove(1);
+        assert_eq!(d.build(&schema, &rows).expect("the rest fits").num_rows(), 2);
     }
 }

@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
@@ -33,6 +34,9 @@ const POLL_WAIT: Duration = Duration::from_millis(50);
 /// for a moment between fetched message sets; shipping a batch at each of those moments made
 /// batches of a few messages, one thread handoff each.
 const BATCH_FILL: Duration = Duration::from_millis(5);
+/// Payloads and keys are copied out of librdkafka into shared buffers of this size, one
+/// allocation for many messages.
+const ARENA: usize = 1 << 20;
 
 struct Batch {
     generation: u64,
@@ -76,19 +80,46 @@ fn client_config(source: &KafkaSource) -> ClientConfig {
     config
 }
 
-fn owned(m: &BorrowedMessage<'_>) -> SourceMessage {
-    let headers = m
-        .headers()
-        .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
-        .unwrap_or_default();
-    SourceMessage {
-        partition: (m.topic().to_string(), m.partition()),
-        position: m.offset(),
-        topic: m.topic().to_string(),
-        payload: m.payload().unwrap_or_default().to_vec(),
-        key: m.key().map(<[u8]>::to_vec),
-        headers,
-        timestamp_ms: m.timestamp().to_millis(),
+/// Copies messages out of librdkafka, which frees its own on the next poll.
+struct Copier {
+    arena: BytesMut,
+    /// The topics seen so far, shared by their messages' partition keys.
+    topics: Vec<Arc<str>>,
+}
+
+impl Copier {
+    fn bytes(&mut self, from: &[u8]) -> Bytes {
+        if self.arena.capacity() < from.len() {
+            self.arena = BytesMut::with_capacity(ARENA.max(from.len()));
+        }
+        self.arena.extend_from_slice(from);
+        self.arena.split().freeze()
+    }
+
+    fn topic(&mut self, name: &str) -> Arc<str> {
+        if let Some(topic) = self.topics.iter().find(|t| t.as_ref() == name) {
+            return topic.clone();
+        }
+        let topic: Arc<str> = name.into();
+        self.topics.push(topic.clone());
+        topic
+    }
+
+    fn copy(&mut self, m: &BorrowedMessage<'_>) -> SourceMessage {
+        let headers = m
+            .headers()
+            .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+            .unwrap_or_default();
+        let topic = self.topic(m.topic());
+        SourceMessage {
+            partition: (topic.clone(), m.partition()),
+            position: m.offset(),
+            topic,
+            payload: self.bytes(m.payload().unwrap_or_default()),
+            key: m.key().map(|k| self.bytes(k)),
+            headers,
+            timestamp_ms: m.timestamp().to_millis(),
+        }
     }
 }
 
@@ -96,6 +127,7 @@ fn owned(m: &BorrowedMessage<'_>) -> SourceMessage {
 /// dropped.
 fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, out: channel::Sender<Batch>) {
     let mut generation = 0;
+    let mut copier = Copier { arena: BytesMut::new(), topics: Vec::new() };
     loop {
         loop {
             match assignments.try_recv() {
@@ -110,22 +142,34 @@ fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, o
                 Err(mpsc::TryRecvError::Disconnected) => return,
             }
         }
-        let mut messages = Vec::new();
+        let mut messages = Vec::with_capacity(BATCH);
         let mut failed = None;
         let mut fill_by: Option<Instant> = None;
         while messages.len() < BATCH {
-            let wait = match fill_by {
-                None => POLL_WAIT,
-                Some(by) => by.saturating_duration_since(Instant::now()),
+            // The clock is read only once librdkafka's queue runs empty.
+            let polled = match consumer.poll(Duration::ZERO) {
+                Some(polled) => polled,
+                None => {
+                    let wait = match fill_by {
+                        None => POLL_WAIT,
+                        Some(by) => by.saturating_duration_since(Instant::now()),
+                    };
+                    if wait.is_zero() {
+                        break;
+                    }
+                    match consumer.poll(wait) {
+                        Some(polled) => polled,
+                        None if fill_by.is_none() => break,
+                        None => continue,
+                    }
+                }
             };
-            match consumer.poll(wait) {
-                Some(Ok(m)) => messages.push(owned(&m)),
-                Some(Err(e)) => {
+            match polled {
+                Ok(m) => messages.push(copier.copy(&m)),
+                Err(e) => {
                     failed = Some(e);
                     break;
                 }
-                None if wait.is_zero() || fill_by.is_none() => break,
-                None => {}
             }
             fill_by.get_or_insert_with(|| Instant::now() + BATCH_FILL);
         }
@@ -194,7 +238,8 @@ impl Source for Kafka {
             for topic in &topics {
                 let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
                 for t in metadata.topics() {
-                    out.extend(t.partitions().iter().map(|p| (t.name().to_string(), p.id())));
+                    let name: Arc<str> = t.name().into();
+                    out.extend(t.partitions().iter().map(|p| (name.clone(), p.id())));
                 }
             }
             Ok(out)
@@ -276,9 +321,9 @@ impl Source for Kafka {
         let headers = fields
             .iter()
             .fold(OwnedHeaders::new(), |h, (key, value)| h.insert(Header { key, value: Some(value.as_str()) }));
-        let mut record = FutureRecord::to(destination).payload(&letter.payload).headers(headers);
+        let mut record = FutureRecord::to(destination).payload(&letter.payload[..]).headers(headers);
         if let Some(k) = &letter.key {
-            record = record.key(k);
+            record = record.key(&k[..]);
         }
         self.producer()?.send(record, Duration::from_secs(30)).await.map_err(|(e, _)| IngestError::Kafka(e))?;
         Ok(())

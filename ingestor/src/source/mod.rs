@@ -9,24 +9,30 @@
 pub mod kafka;
 pub mod nats;
 
+use std::sync::Arc;
+
+use bytes::Bytes;
+
 use crate::error::IngestError;
 
-/// A partition of the source: (topic, partition) for Kafka, (stream, 0) for JetStream.
-pub type PartitionKey = (String, i32);
+/// A partition of the source: (topic, partition) for Kafka, (stream, 0) for JetStream. The
+/// name is shared: every message carries its partition's key.
+pub type PartitionKey = (Arc<str>, i32);
 
 /// The position of a partition that was never read: its oldest retained message.
 pub const BEGINNING: i64 = -2;
 
-/// One message, as every source hands it over.
+/// One message, as every source hands it over. Payload and key may be slices of a buffer
+/// shared with other messages of the same fetch.
 #[derive(Debug, Clone)]
 pub struct SourceMessage {
     pub partition: PartitionKey,
     /// The Kafka offset or the JetStream stream sequence.
     pub position: i64,
     /// The Kafka topic or the NATS subject (the `topic` column).
-    pub topic: String,
-    pub payload: Vec<u8>,
-    pub key: Option<Vec<u8>>,
+    pub topic: Arc<str>,
+    pub payload: Bytes,
+    pub key: Option<Bytes>,
     pub headers: Vec<(String, Vec<u8>)>,
     pub timestamp_ms: Option<i64>,
 }
@@ -35,8 +41,8 @@ pub struct SourceMessage {
 #[derive(Debug, Clone)]
 pub struct DeadLetter {
     pub position: i64,
-    pub payload: Vec<u8>,
-    pub key: Option<Vec<u8>>,
+    pub payload: Bytes,
+    pub key: Option<Bytes>,
     pub reason: String,
     /// A short stable name of the error (`malformed`, `missing_field`, …).
     pub kind: &'static str,
@@ -48,7 +54,7 @@ pub fn dead_letter_headers(letter: &DeadLetter, table: &str, from: &PartitionKey
         ("mergestream.reason", letter.reason.clone()),
         ("mergestream.error", letter.kind.to_string()),
         ("mergestream.table", table.to_string()),
-        ("mergestream.source.topic", from.0.clone()),
+        ("mergestream.source.topic", from.0.to_string()),
         ("mergestream.source.partition", from.1.to_string()),
         ("mergestream.source.offset", letter.position.to_string()),
     ]

@@ -7,11 +7,13 @@
 //! shows the committed position as its ack floor, as a Kafka group offset does for Kafka.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy};
 use async_nats::jetstream::{self, stream::Stream};
+use bytes::Bytes;
 use futures::StreamExt;
 use tracing::{debug, info, warn};
 
@@ -28,6 +30,8 @@ const ACK_WAIT: Duration = Duration::from_secs(3600);
 
 pub struct Nats {
     config: NatsSource,
+    /// The stream's name, shared by the partition key of every message.
+    stream_name: Arc<str>,
     client: async_nats::Client,
     context: jetstream::Context,
     stream: Stream,
@@ -52,7 +56,15 @@ impl Nats {
             .get_stream(&config.stream)
             .await
             .map_err(|e| nats_error(&format!("stream {}", config.stream), e))?;
-        Ok(Nats { config: config.clone(), client, context, stream, messages: None, unacked: VecDeque::new() })
+        Ok(Nats {
+            config: config.clone(),
+            stream_name: config.stream.as_str().into(),
+            client,
+            context,
+            stream,
+            messages: None,
+            unacked: VecDeque::new(),
+        })
     }
 
     fn consumer_config(&self, next: i64) -> pull::Config {
@@ -79,7 +91,7 @@ impl Nats {
 
 impl Source for Nats {
     async fn partitions(&mut self) -> Result<Vec<PartitionKey>, IngestError> {
-        Ok(vec![(self.config.stream.clone(), PARTITION)])
+        Ok(vec![(self.stream_name.clone(), PARTITION)])
     }
 
     async fn assign(&mut self, from: &[(PartitionKey, i64)]) -> Result<(), IngestError> {
@@ -137,15 +149,19 @@ impl Source for Nats {
             })
             .unwrap_or_default();
         // NATS messages have no key; the publisher's deduplication id serves as one.
-        let key = message.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.as_str().as_bytes().to_vec());
+        let key = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Msg-Id"))
+            .map(|v| Bytes::copy_from_slice(v.as_str().as_bytes()));
         if let Some(reply) = message.reply {
             self.unacked.push_back((position, reply));
         }
         Ok(SourceMessage {
-            partition: (self.config.stream.clone(), PARTITION),
+            partition: (self.stream_name.clone(), PARTITION),
             position,
-            topic: message.subject.to_string(),
-            payload: message.payload.to_vec(),
+            topic: message.subject.as_str().into(),
+            payload: message.payload,
             key,
             headers,
             timestamp_ms,
@@ -191,7 +207,7 @@ impl Source for Nats {
         }
         let what = || format!("dead letter to {destination} (is the subject in a stream?)");
         self.context
-            .publish_with_headers(destination.to_string(), headers, letter.payload.clone().into())
+            .publish_with_headers(destination.to_string(), headers, letter.payload.clone())
             .await
             .map_err(|e| nats_error(&what(), e))?
             .await
