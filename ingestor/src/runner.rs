@@ -286,7 +286,12 @@ impl<S: Source> Runner<S> {
                 self.flush(&key, t).await?;
                 self.wait_for_insert(&key, t).await?;
             }
-            return Err(IngestError::BadMessage { topic: key.0.to_string(), partition: key.1, offset: position, reason });
+            return Err(IngestError::BadMessage {
+                topic: key.0.to_string(),
+                partition: key.1,
+                offset: position,
+                reason,
+            });
         }
         for t in full {
             // A full buffer waits for the block before it: one insert per table and partition.

@@ -52,11 +52,21 @@ pub struct Column {
 #[derive(Debug, Clone)]
 enum Values {
     Generic(Vec<Value>),
-    UInt { values: Vec<u64>, max: u64 },
-    Int { values: Vec<i64>, min: i64, max: i64 },
+    UInt {
+        values: Vec<u64>,
+        max: u64,
+    },
+    Int {
+        values: Vec<i64>,
+        min: i64,
+        max: i64,
+    },
     Float(Vec<f64>),
     /// UTF-8 bytes and the Arrow offsets into them (`offsets[0]` is 0).
-    Str { bytes: Vec<u8>, offsets: Vec<i32> },
+    Str {
+        bytes: Vec<u8>,
+        offsets: Vec<i32>,
+    },
 }
 
 impl Column {

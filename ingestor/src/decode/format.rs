@@ -60,10 +60,7 @@ impl PayloadDecoder {
 
     /// The payload's fields; the inner error is a bad message, the outer one a schema
     /// registry that cannot be reached.
-    pub async fn decode<'a>(
-        &mut self,
-        payload: &'a [u8],
-    ) -> Result<Result<Document<'a>, DecodeError>, IngestError> {
+    pub async fn decode<'a>(&mut self, payload: &'a [u8]) -> Result<Result<Document<'a>, DecodeError>, IngestError> {
         let decoded = match &mut self.format {
             PayloadFormat::Json => return Ok(self.projection.parse_json(payload)),
             PayloadFormat::Avro(schema) => schema.decode(payload).map_err(DecodeError::BadAvro),
