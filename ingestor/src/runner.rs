@@ -10,6 +10,7 @@
 //! delaying storage node therefore slows consumption down once the memory bound is reached.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,6 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use coordinator_client::EphemeralLock;
-use futures::FutureExt;
 use mergestream_proto::ingest::OffsetCommit;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -27,7 +27,7 @@ use crate::error::IngestError;
 use crate::ownership::{Ownership, Position};
 use crate::pipeline::{ErrorMode, Pipeline};
 use crate::sink::{Committed, StorageNode};
-use crate::source::{DeadLetter, PartitionKey, Source, SourceMessage, BEGINNING};
+use crate::source::{Batch, DeadLetter, PartitionKey, Source, BEGINNING};
 
 /// How `ingestor run` reaches the rest of the system.
 #[derive(Debug, Clone)]
@@ -45,12 +45,13 @@ struct TableSink {
     schema: SchemaRef,
 }
 
-/// The raw message behind a row, kept for rows found bad only when the block is built (a
-/// slice of the source's buffer, not a copy).
+/// The raw message behind a row, kept for rows found bad only when the block is built: where
+/// its payload and key lie in one of the buffer's source batches.
 struct Origin {
     position: i64,
-    payload: Bytes,
-    key: Option<Bytes>,
+    batch: usize,
+    payload: Range<usize>,
+    key: Option<Range<usize>>,
 }
 
 /// The rows of one table from one partition, waiting to be flushed. It covers every position
@@ -60,6 +61,8 @@ struct Buffer {
     last: i64,
     rows: Rows,
     origins: Vec<Origin>,
+    /// The data of the source batches its rows came from, kept for [`Origin`]s.
+    batches: Vec<Bytes>,
     dead: Vec<DeadLetter>,
     skipped: usize,
     bytes: usize,
@@ -73,6 +76,7 @@ impl Buffer {
             last: first - 1,
             rows,
             origins: Vec::new(),
+            batches: Vec::new(),
             dead: Vec::new(),
             skipped: 0,
             bytes: 0,
@@ -82,6 +86,32 @@ impl Buffer {
 
     fn bad(&self) -> usize {
         self.dead.len() + self.skipped
+    }
+
+    /// The index of `data` among the batches this buffer keeps, kept now if it is new.
+    fn keep_batch(&mut self, data: &Bytes) -> usize {
+        let same = |kept: &Bytes| kept.as_ptr() == data.as_ptr() && kept.len() == data.len();
+        if !self.batches.last().is_some_and(same) {
+            self.batches.push(data.clone());
+        }
+        self.batches.len() - 1
+    }
+
+    /// A message set aside, with its bytes out of the batch they are in.
+    fn set_aside(&mut self, mode: &ErrorMode, e: DecodeError, origin: Origin) {
+        match mode {
+            ErrorMode::DeadLetter { .. } => {
+                let data = &self.batches[origin.batch];
+                self.dead.push(DeadLetter {
+                    position: origin.position,
+                    payload: data.slice(origin.payload),
+                    key: origin.key.map(|k| data.slice(k)),
+                    reason: e.to_string(),
+                    kind: e.kind(),
+                })
+            }
+            ErrorMode::Skip | ErrorMode::Fail => self.skipped += 1,
+        }
     }
 }
 
@@ -129,10 +159,6 @@ pub struct Runner<S: Source> {
     bytes_in: metrics::Counter,
 }
 
-/// How many messages already waiting at the source are taken in one go, before the runner
-/// looks at its timers and finished inserts again.
-const DRAIN: usize = 1024;
-
 impl<S: Source> Runner<S> {
     pub async fn start(pipeline: Pipeline, source: S, options: RunOptions) -> Result<Runner<S>, IngestError> {
         let payloads = PayloadDecoder::new(&pipeline.format, Projection::new(&pipeline.tables))?;
@@ -175,10 +201,11 @@ impl<S: Source> Runner<S> {
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                message = self.source.next() => match message {
-                    Ok(m) => {
-                        self.on_message(m).await?;
-                        self.drain().await?;
+                batch = self.source.next_batch() => match batch {
+                    Ok(batch) => {
+                        for i in 0..batch.len() {
+                            self.on_message(&batch, i).await?;
+                        }
                     }
                     Err(e) => warn!(error = %e, "source error"),
                 },
@@ -208,23 +235,9 @@ impl<S: Source> Runner<S> {
         Ok(())
     }
 
-    /// Takes up to [`DRAIN`] messages that are ready now, without waiting for more.
-    async fn drain(&mut self) -> Result<(), IngestError> {
-        for _ in 0..DRAIN {
-            match self.source.next().now_or_never() {
-                Some(Ok(m)) => self.on_message(m).await?,
-                Some(Err(e)) => {
-                    warn!(error = %e, "source error");
-                    break;
-                }
-                None => break,
-            }
-        }
-        Ok(())
-    }
-
-    async fn on_message(&mut self, m: SourceMessage) -> Result<(), IngestError> {
-        let key = &m.partition;
+    async fn on_message(&mut self, batch: &Batch, i: usize) -> Result<(), IngestError> {
+        let m = batch.get(i);
+        let key = m.partition;
         let Some(owned) = self.owned.get_mut(key) else { return Ok(()) };
         let position = m.position;
         if owned.fetch_next != BEGINNING && position < owned.fetch_next {
@@ -233,14 +246,14 @@ impl<S: Source> Runner<S> {
         owned.fetch_next = position + 1;
         self.messages_in.increment(1);
         self.bytes_in.increment(m.payload.len() as u64);
-        let mut document = self.payloads.decode(&m.payload).await?;
+        let mut document = self.payloads.decode(m.payload).await?;
         let meta = MessageMeta {
-            topic: &m.topic,
+            topic: m.topic,
             partition: key.1,
             offset: position,
             timestamp_ms: m.timestamp_ms,
-            key: m.key.as_deref(),
-            headers: &m.headers,
+            key: m.key,
+            headers: m.headers,
         };
         let mut failed = None;
         let mut full = Vec::new();
@@ -264,13 +277,18 @@ impl<S: Source> Runner<S> {
             buffer.last = position;
             buffer.bytes += m.payload.len();
             self.in_flight_bytes += m.payload.len();
-            let origin = Origin { position, payload: m.payload.clone(), key: m.key.clone() };
+            let origin = Origin {
+                position,
+                batch: buffer.keep_batch(batch.data()),
+                payload: m.payload_range.clone(),
+                key: m.key_range.clone(),
+            };
             match decoded {
                 Ok(()) => buffer.origins.push(origin),
                 Err(e) => {
                     metrics::counter!("mergestream_ingestor_decode_errors_total", "kind" => e.kind()).increment(1);
                     debug!(partition = ?key, position, table = sink.name, error = %e, "bad message");
-                    set_aside(buffer, &self.pipeline.errors.mode, e, origin);
+                    buffer.set_aside(&self.pipeline.errors.mode, e, origin);
                 }
             }
             let limits = &self.pipeline.batch;
@@ -435,7 +453,7 @@ impl<S: Source> Runner<S> {
                         reason: e.to_string(),
                     });
                 }
-                set_aside(buffer, &self.pipeline.errors.mode, e, origin);
+                buffer.set_aside(&self.pipeline.errors.mode, e, origin);
             }
         }
     }
@@ -585,18 +603,5 @@ impl<S: Source> Runner<S> {
             metrics::gauge!("mergestream_ingestor_consumer_lag", "topic" => topic, "partition" => partition.to_string())
                 .set((end - next).max(0) as f64);
         }
-    }
-}
-
-fn set_aside(buffer: &mut Buffer, mode: &ErrorMode, e: DecodeError, origin: Origin) {
-    match mode {
-        ErrorMode::DeadLetter { .. } => buffer.dead.push(DeadLetter {
-            position: origin.position,
-            payload: origin.payload,
-            key: origin.key,
-            reason: e.to_string(),
-            kind: e.kind(),
-        }),
-        ErrorMode::Skip | ErrorMode::Fail => buffer.skipped += 1,
     }
 }

@@ -25,7 +25,7 @@ struct Args {
     /// Stop after this many messages.
     #[arg(long)]
     count: u64,
-    /// Read through the ingestor's own Kafka source (a StreamConsumer on tokio) instead.
+    /// Read through the ingestor's own Kafka source (its poll thread and batches) instead.
     #[arg(long)]
     through_source: bool,
 }
@@ -85,9 +85,11 @@ fn through_source(args: &Args) -> anyhow::Result<()> {
         let began = Instant::now();
         let (mut messages, mut bytes) = (0u64, 0u64);
         while messages < args.count {
-            let m = source.next().await?;
-            messages += 1;
-            bytes += m.payload.len() as u64;
+            let batch = source.next_batch().await?;
+            for m in batch.iter() {
+                messages += 1;
+                bytes += m.payload.len() as u64;
+            }
         }
         let seconds = began.elapsed().as_secs_f64();
         println!(r#"{{"messages": {messages}, "bytes": {bytes}, "seconds": {seconds:.4}}}"#);

@@ -1,18 +1,17 @@
 //! Kafka through rdkafka: a manual assignment of the owned partitions (no group join to wait
 //! for), group commits for lag tools, and a producer for dead letters.
 //!
-//! The consumer's blocking poll runs on a thread of its own that forwards messages in
-//! batches over a bounded channel (a full channel stops the polling: backpressure). Every
+//! The consumer's blocking poll runs on a thread of its own that copies messages out of
+//! librdkafka into batches (one buffer each) and forwards them over a bounded channel (a
+//! full channel stops the polling: backpressure). Every
 //! assignment is made on that thread too, between two polls, and starts a new generation:
 //! a batch polled under an older assignment is dropped unread, so a partition assigned again
 //! from an earlier offset never sees stale messages from its previous reading.
 
-use std::collections::VecDeque;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
@@ -21,7 +20,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio::sync::{mpsc as channel, oneshot};
 use tracing::debug;
 
-use super::{dead_letter_headers, DeadLetter, PartitionKey, Source, SourceMessage};
+use super::{dead_letter_headers, Batch, BatchBuilder, DeadLetter, Incoming, PartitionKey, Source};
 use crate::error::IngestError;
 use crate::pipeline::KafkaSource;
 
@@ -34,13 +33,11 @@ const POLL_WAIT: Duration = Duration::from_millis(50);
 /// for a moment between fetched message sets; shipping a batch at each of those moments made
 /// batches of a few messages, one thread handoff each.
 const BATCH_FILL: Duration = Duration::from_millis(5);
-/// Payloads and keys are copied out of librdkafka into shared buffers of this size, one
-/// allocation for many messages.
-const ARENA: usize = 1 << 20;
 
-struct Batch {
+/// A batch from the poll thread, with the assignment it was read under.
+struct Polled {
     generation: u64,
-    messages: Result<Vec<SourceMessage>, KafkaError>,
+    batch: Result<Batch, KafkaError>,
 }
 
 /// A new assignment for the poll thread, answered with its generation.
@@ -53,9 +50,8 @@ pub struct Kafka {
     topics: Vec<String>,
     consumer: Arc<BaseConsumer>,
     assignments: mpsc::Sender<Assign>,
-    batches: channel::Receiver<Batch>,
+    batches: channel::Receiver<Polled>,
     generation: u64,
-    pending: VecDeque<SourceMessage>,
     /// Made on the first dead letter.
     producer: std::sync::OnceLock<FutureProducer>,
     config: ClientConfig,
@@ -80,54 +76,31 @@ fn client_config(source: &KafkaSource) -> ClientConfig {
     config
 }
 
-/// Copies messages out of librdkafka, which frees its own on the next poll.
-struct Copier {
-    arena: BytesMut,
-    /// The topics seen so far, shared by their messages' partition keys.
-    topics: Vec<Arc<str>>,
-}
+/// What a batch's buffer starts with room for: a little more than the previous batch took.
+const FIRST_BATCH_BYTES: usize = 64 << 10;
 
-impl Copier {
-    fn bytes(&mut self, from: &[u8]) -> Bytes {
-        if self.arena.capacity() < from.len() {
-            self.arena = BytesMut::with_capacity(ARENA.max(from.len()));
-        }
-        self.arena.extend_from_slice(from);
-        self.arena.split().freeze()
-    }
-
-    fn topic(&mut self, name: &str) -> Arc<str> {
-        if let Some(topic) = self.topics.iter().find(|t| t.as_ref() == name) {
-            return topic.clone();
-        }
-        let topic: Arc<str> = name.into();
-        self.topics.push(topic.clone());
-        topic
-    }
-
-    fn copy(&mut self, m: &BorrowedMessage<'_>) -> SourceMessage {
-        let headers = m
-            .headers()
-            .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
-            .unwrap_or_default();
-        let topic = self.topic(m.topic());
-        SourceMessage {
-            partition: (topic.clone(), m.partition()),
-            position: m.offset(),
-            topic,
-            payload: self.bytes(m.payload().unwrap_or_default()),
-            key: m.key().map(|k| self.bytes(k)),
-            headers,
-            timestamp_ms: m.timestamp().to_millis(),
-        }
+fn incoming<'a>(m: &'a BorrowedMessage<'_>) -> Incoming<'a> {
+    let headers = m
+        .headers()
+        .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+        .unwrap_or_default();
+    Incoming {
+        topic: m.topic(),
+        partition: m.partition(),
+        position: m.offset(),
+        timestamp_ms: m.timestamp().to_millis(),
+        payload: m.payload().unwrap_or_default(),
+        key: m.key(),
+        subject: None,
+        headers,
     }
 }
 
 /// The poll thread: assignments between polls, messages out in batches, until the source is
 /// dropped.
-fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, out: channel::Sender<Batch>) {
+fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, out: channel::Sender<Polled>) {
     let mut generation = 0;
-    let mut copier = Copier { arena: BytesMut::new(), topics: Vec::new() };
+    let mut batch_bytes = FIRST_BATCH_BYTES;
     loop {
         loop {
             match assignments.try_recv() {
@@ -142,10 +115,10 @@ fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, o
                 Err(mpsc::TryRecvError::Disconnected) => return,
             }
         }
-        let mut messages = Vec::with_capacity(BATCH);
+        let mut batch = BatchBuilder::with_capacity(batch_bytes);
         let mut failed = None;
         let mut fill_by: Option<Instant> = None;
-        while messages.len() < BATCH {
+        while batch.len() < BATCH {
             // The clock is read only once librdkafka's queue runs empty.
             let polled = match consumer.poll(Duration::ZERO) {
                 Some(polled) => polled,
@@ -165,7 +138,7 @@ fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, o
                 }
             };
             match polled {
-                Ok(m) => messages.push(copier.copy(&m)),
+                Ok(m) => batch.push(incoming(&m)),
                 Err(e) => {
                     failed = Some(e);
                     break;
@@ -173,8 +146,12 @@ fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, o
             }
             fill_by.get_or_insert_with(|| Instant::now() + BATCH_FILL);
         }
-        for batch in [(!messages.is_empty()).then_some(Ok(messages)), failed.map(Err)].into_iter().flatten() {
-            if out.blocking_send(Batch { generation, messages: batch }).is_err() {
+        let batch = (!batch.is_empty()).then(|| batch.finish());
+        if let Some(b) = &batch {
+            batch_bytes = batch_bytes.max(b.data().len() + b.data().len() / 8);
+        }
+        for batch in [batch.map(Ok), failed.map(Err)].into_iter().flatten() {
+            if out.blocking_send(Polled { generation, batch }).is_err() {
                 return;
             }
         }
@@ -210,7 +187,6 @@ impl Kafka {
             assignments,
             batches,
             generation: 0,
-            pending: VecDeque::new(),
             producer: std::sync::OnceLock::new(),
             config,
         })
@@ -257,7 +233,6 @@ impl Source for Kafka {
         }
         let (done, answer) = oneshot::channel();
         self.assignments.send(Assign { partitions, done }).map_err(|_| poll_thread_gone())?;
-        self.pending.clear();
         // Batches polled meanwhile belong to the old assignment; taking them off the channel
         // also keeps the poll thread from blocking on a full channel before it assigns.
         tokio::pin!(answer);
@@ -271,14 +246,11 @@ impl Source for Kafka {
         Ok(())
     }
 
-    async fn next(&mut self) -> Result<SourceMessage, IngestError> {
+    async fn next_batch(&mut self) -> Result<Batch, IngestError> {
         loop {
-            if let Some(m) = self.pending.pop_front() {
-                return Ok(m);
-            }
-            let batch = self.batches.recv().await.ok_or_else(poll_thread_gone)?;
-            if batch.generation == self.generation {
-                self.pending = batch.messages?.into();
+            let polled = self.batches.recv().await.ok_or_else(poll_thread_gone)?;
+            if polled.generation == self.generation {
+                return Ok(polled.batch?);
             }
         }
     }

@@ -13,16 +13,18 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy};
 use async_nats::jetstream::{self, stream::Stream};
-use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tracing::{debug, info, warn};
 
-use super::{dead_letter_headers, DeadLetter, PartitionKey, Source, SourceMessage};
+use super::{dead_letter_headers, Batch, BatchBuilder, DeadLetter, Incoming, PartitionKey, Source};
 use crate::error::IngestError;
 use crate::pipeline::NatsSource;
 
 /// Every message of the stream is in partition 0.
 const PARTITION: i32 = 0;
+
+/// The most messages in one batch.
+const BATCH: usize = 1024;
 
 /// How long the server waits for an ack before it sends a message again. Acks come only
 /// once a block commits; a redelivered message is recognized by its sequence and dropped.
@@ -89,6 +91,65 @@ impl Nats {
     }
 }
 
+impl Nats {
+    async fn next_message(&mut self) -> Result<jetstream::Message, IngestError> {
+        let Some(messages) = self.messages.as_mut() else { return std::future::pending().await };
+        match messages.next().await {
+            Some(Ok(m)) => Ok(m),
+            Some(Err(e)) => {
+                // Give a failing connection a moment before the runner polls again.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Err(nats_error("pulling messages", e))
+            }
+            None => {
+                self.messages = None;
+                Err(IngestError::Nats(format!("consumer {} was closed", self.config.consumer)))
+            }
+        }
+    }
+
+    /// Adds a message to the batch and remembers its ack subject (a message without
+    /// JetStream metadata is skipped with a warning).
+    fn take(&mut self, message: jetstream::Message, batch: &mut BatchBuilder) {
+        let info = match message.info() {
+            Ok(info) => info,
+            Err(e) => {
+                warn!(error = %e, "skipping a message without JetStream metadata");
+                return;
+            }
+        };
+        let position = info.stream_sequence as i64;
+        let timestamp_ms = Some((info.published.unix_timestamp_nanos() / 1_000_000) as i64);
+        let message = message.message;
+        let headers: Vec<(String, Vec<u8>)> = message
+            .headers
+            .as_ref()
+            .map(|h| {
+                h.iter()
+                    .flat_map(|(name, values)| {
+                        values.iter().map(move |v| (name.to_string(), AsRef::<[u8]>::as_ref(v).to_vec()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        // NATS messages have no key; the publisher's deduplication id serves as one.
+        let key = message.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.as_str().as_bytes());
+        batch.push(Incoming {
+            topic: &self.stream_name,
+            partition: PARTITION,
+            position,
+            timestamp_ms,
+            payload: &message.payload,
+            key,
+            subject: Some(message.subject.as_str()),
+            headers,
+        });
+        if let Some(reply) = message.reply {
+            self.unacked.push_back((position, reply));
+        }
+    }
+}
+
 impl Source for Nats {
     async fn partitions(&mut self) -> Result<Vec<PartitionKey>, IngestError> {
         Ok(vec![(self.stream_name.clone(), PARTITION)])
@@ -119,53 +180,22 @@ impl Source for Nats {
         Ok(())
     }
 
-    async fn next(&mut self) -> Result<SourceMessage, IngestError> {
-        let Some(messages) = self.messages.as_mut() else { return std::future::pending().await };
-        let message = match messages.next().await {
-            Some(Ok(m)) => m,
-            Some(Err(e)) => {
-                // Give a failing connection a moment before the runner polls again.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                return Err(nats_error("pulling messages", e));
+    async fn next_batch(&mut self) -> Result<Batch, IngestError> {
+        let first = self.next_message().await?;
+        let mut batch = BatchBuilder::default();
+        self.take(first, &mut batch);
+        // Whatever else has arrived already goes in the same batch.
+        while batch.len() < BATCH {
+            match self.next_message().now_or_never() {
+                Some(Ok(message)) => self.take(message, &mut batch),
+                Some(Err(e)) => {
+                    debug!(error = %e, "ending a batch at a pull error");
+                    break;
+                }
+                None => break,
             }
-            None => {
-                self.messages = None;
-                return Err(IngestError::Nats(format!("consumer {} was closed", self.config.consumer)));
-            }
-        };
-        let info = message.info().map_err(|e| nats_error("a message without JetStream metadata", e))?;
-        let position = info.stream_sequence as i64;
-        let timestamp_ms = Some((info.published.unix_timestamp_nanos() / 1_000_000) as i64);
-        let message = message.message;
-        let headers: Vec<(String, Vec<u8>)> = message
-            .headers
-            .as_ref()
-            .map(|h| {
-                h.iter()
-                    .flat_map(|(name, values)| {
-                        values.iter().map(move |v| (name.to_string(), AsRef::<[u8]>::as_ref(v).to_vec()))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        // NATS messages have no key; the publisher's deduplication id serves as one.
-        let key = message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("Nats-Msg-Id"))
-            .map(|v| Bytes::copy_from_slice(v.as_str().as_bytes()));
-        if let Some(reply) = message.reply {
-            self.unacked.push_back((position, reply));
         }
-        Ok(SourceMessage {
-            partition: (self.stream_name.clone(), PARTITION),
-            position,
-            topic: message.subject.as_str().into(),
-            payload: message.payload,
-            key,
-            headers,
-            timestamp_ms,
-        })
+        Ok(batch.finish())
     }
 
     fn committed(&mut self, _partition: &PartitionKey, next: i64) {

@@ -110,6 +110,12 @@ impl Catalog {
 /// statement right after an insert (such as OPTIMIZE) the parts as inserted.
 const MERGE_ASSIGN_DELAY: Duration = Duration::from_millis(500);
 
+/// The nice value of merge threads. A background merge only rewrites parts already
+/// committed, so it gives way to inserts and queries when the CPU is short, as ClickHouse's
+/// background pool does with its lower thread priority; inserts slow down through
+/// parts_to_delay_insert if merges fall too far behind.
+const MERGE_THREAD_NICE: i32 = 10;
+
 /// A fixed number of threads running background merges.
 struct MergePool {
     sender: Option<Sender<(Instant, Arc<Table>)>>,
@@ -142,6 +148,10 @@ impl MergePool {
 }
 
 fn merge_worker(receiver: &Mutex<Receiver<(Instant, Arc<Table>)>>, delay: Duration) {
+    // On Linux the nice value is per thread: `None` is this thread alone.
+    if let Err(e) = rustix::process::setpriority_process(None, MERGE_THREAD_NICE) {
+        warn!(error = %e, "cannot lower the merge thread's priority");
+    }
     loop {
         let (scheduled, table) = {
             let receiver = receiver.lock().unwrap_or_else(|p| p.into_inner());
