@@ -14,6 +14,7 @@ use mergestream_engine::{Catalog, InsertOptions, OptimizeRequest, Table};
 
 use crate::error::{QueryError, Result};
 use crate::exec::catalog::{EngineCatalog, NumbersFunction, PlanSettings};
+use crate::exec::empty_aggregates::clickhouse_empty_results;
 use crate::format::{write_result, OutputFormat};
 use crate::input::{self, build_block, insert_columns};
 use crate::sql::lexer::{line_col, tokenize, Token};
@@ -259,7 +260,8 @@ impl Session {
     }
 
     async fn query(&self, ctx: &SessionContext, sql: &str) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        let frame = ctx.sql(sql).await?;
+        let plan = ctx.sql(sql).await?.into_unoptimized_plan();
+        let frame = ctx.execute_logical_plan(clickhouse_empty_results(plan)?).await?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
         let batches = frame.collect().await?;
         Ok((schema, batches))

@@ -2,5 +2,6 @@
 
 pub mod aggregate_states;
 pub mod catalog;
+pub mod empty_aggregates;
 pub mod operators;
 pub mod provider;

@@ -34,6 +34,13 @@ const CLAUSE_WORDS: &[&str] = &[
     "QUALIFY",
 ];
 
+/// Whether `any` at `i` is ClickHouse's aggregate function rather than the SQL quantifier
+/// of `x = ANY (subquery)`, which follows a comparison.
+fn is_any_function(tokens: &[Token], i: usize) -> bool {
+    let comparisons = ["=", "==", "!=", "<>", "<", "<=", ">", ">="];
+    tokens[i].is_word("ANY") && !(i > 0 && comparisons.iter().any(|op| tokens[i - 1].is_punct(op)))
+}
+
 fn is_word_in(token: &Token, words: &[&str]) -> bool {
     token.kind == TokenKind::Word && words.iter().any(|w| token.text.eq_ignore_ascii_case(w))
 }
@@ -302,9 +309,21 @@ fn emit(tokens: &[Token], out: &mut String) -> Result<()> {
     let mut i = 0;
     while i < tokens.len() {
         let t = &tokens[i];
-        let is_call =
-            t.kind == TokenKind::Word && tokens.get(i + 1).is_some_and(|n| n.is_punct("(")) && !is_word_in(t, KEYWORDS);
+        let is_call = t.kind == TokenKind::Word
+            && tokens.get(i + 1).is_some_and(|n| n.is_punct("("))
+            && (!is_word_in(t, KEYWORDS) || is_any_function(tokens, i));
         if !is_call {
+            // `x = ANY (subquery)` is `x IN (subquery)` (DataFusion's planner takes the former
+            // for an array comparison and does not filter by it).
+            if t.is_punct("=")
+                && tokens.get(i + 1).is_some_and(|n| n.is_word("ANY"))
+                && tokens.get(i + 2).is_some_and(|n| n.is_punct("("))
+                && tokens.get(i + 3).is_some_and(|n| n.is_word("SELECT") || n.is_word("WITH"))
+            {
+                out.push_str(" IN");
+                i += 2;
+                continue;
+            }
             if t.is_punct("(") && tokens.get(i + 1).is_some_and(|n| n.is_word("SELECT") || n.is_word("WITH")) {
                 let close = matching_paren(tokens, i)?;
                 emit_token(t, out);
@@ -436,6 +455,8 @@ mod tests {
 
     #[test]
     fn clickhouse_functions_and_names() {
+        let r = rewrite("SELECT any(k) FROM t WHERE k = ANY (SELECT k FROM t)");
+        assert_eq!(r.sql, "SELECT first_value(k) AS \"any(k)\" FROM t WHERE k IN (SELECT k FROM t)");
         let r = rewrite("SELECT count(), sumIf(v, v > 1), argMax(s, ver) FROM t");
         assert_eq!(
             r.sql,
