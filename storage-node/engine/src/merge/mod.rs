@@ -40,6 +40,8 @@ struct Cursor {
     /// The slot holding the current batch.
     slot: usize,
     rows: Rows,
+    /// The rows' keys as integers, when the merge compares packed keys.
+    packed: Vec<u128>,
     len: usize,
     pos: usize,
 }
@@ -49,6 +51,8 @@ pub struct SortedMerge {
     schema: SchemaRef,
     key_columns: Vec<usize>,
     converter: RowConverter,
+    /// The width of every key in the row format, if it fits 16 bytes (see [`packed_width`]).
+    packed_width: Option<usize>,
     algorithm: Box<dyn MergingAlgorithm>,
     cursors: Vec<Option<Cursor>>,
     /// Indices of live cursors, a binary min-heap by (current key, source index).
@@ -58,6 +62,7 @@ pub struct SortedMerge {
     /// The encoded key of the current group; a reused buffer, so a new group costs no
     /// allocation.
     group_key: Vec<u8>,
+    group_packed: u128,
     in_group: bool,
     /// Source of the first row of the current group.
     group_source: Option<usize>,
@@ -76,6 +81,7 @@ impl SortedMerge {
     ) -> Result<SortedMerge> {
         let fields = key_columns.iter().map(|&c| SortField::new(schema.field(c).data_type().clone())).collect();
         let converter = RowConverter::new(fields)?;
+        let packed_width = packed_width(&schema, &key_columns);
         let cursors = sources
             .into_iter()
             .map(|(stream, assume_distinct)| {
@@ -84,6 +90,7 @@ impl SortedMerge {
                     assume_distinct,
                     slot: usize::MAX,
                     rows: converter.empty_rows(0, 0),
+                    packed: Vec::new(),
                     len: 0,
                     pos: 0,
                 })
@@ -94,12 +101,14 @@ impl SortedMerge {
             schema,
             key_columns,
             converter,
+            packed_width,
             algorithm,
             cursors,
             heap: Vec::new(),
             slots: Vec::new(),
             output: Output::new(columns),
             group_key: Vec::new(),
+            group_packed: 0,
             in_group: false,
             group_source: None,
             started: false,
@@ -129,8 +138,17 @@ impl SortedMerge {
                     }
                     let keys: Vec<_> = self.key_columns.iter().map(|&c| batch.column(c).clone()).collect();
                     let rows = self.converter.convert_columns(&keys)?;
+                    let packed = match self.packed_width {
+                        Some(width) => pack(&rows, width).unwrap_or_else(|| {
+                            // Not the width the key types have: compare the rows themselves.
+                            self.packed_width = None;
+                            Vec::new()
+                        }),
+                        None => Vec::new(),
+                    };
                     let cursor = self.cursors[i].as_mut().expect("cursor checked above");
                     cursor.rows = rows;
+                    cursor.packed = packed;
                     cursor.len = batch.num_rows();
                     cursor.pos = 0;
                     cursor.slot = self.slots.len();
@@ -146,7 +164,11 @@ impl SortedMerge {
             (Some(ca), Some(cb)) => (ca, cb),
             _ => return a < b,
         };
-        match ca.rows.row(ca.pos).cmp(&cb.rows.row(cb.pos)) {
+        let order = match self.packed_width {
+            Some(_) => ca.packed[ca.pos].cmp(&cb.packed[cb.pos]),
+            None => ca.rows.row(ca.pos).cmp(&cb.rows.row(cb.pos)),
+        };
+        match order {
             std::cmp::Ordering::Less => true,
             std::cmp::Ordering::Greater => false,
             std::cmp::Ordering::Equal => a < b,
@@ -218,13 +240,19 @@ impl SortedMerge {
         while let Some(&top) = self.heap.first() {
             let starts_group = {
                 let cursor = self.cursors[top].as_ref().expect("heap holds live cursors");
-                let row = cursor.rows.row(cursor.pos);
-                let same = self.in_group
-                    && !(cursor.assume_distinct && self.group_source == Some(top))
-                    && row.as_ref() == self.group_key.as_slice();
+                let same_key = match self.packed_width {
+                    Some(_) => cursor.packed[cursor.pos] == self.group_packed,
+                    None => cursor.rows.row(cursor.pos).as_ref() == self.group_key.as_slice(),
+                };
+                let same = self.in_group && !(cursor.assume_distinct && self.group_source == Some(top)) && same_key;
                 if !same {
-                    self.group_key.clear();
-                    self.group_key.extend_from_slice(row.as_ref());
+                    match self.packed_width {
+                        Some(_) => self.group_packed = cursor.packed[cursor.pos],
+                        None => {
+                            self.group_key.clear();
+                            self.group_key.extend_from_slice(cursor.rows.row(cursor.pos).as_ref());
+                        }
+                    }
                     self.group_source = Some(top);
                     self.in_group = true;
                 }
@@ -272,6 +300,34 @@ impl SortedMerge {
         }
         Ok(())
     }
+}
+
+/// The width of every sorting key in the row format, if the key columns are fixed-width and
+/// it fits 16 bytes (one or two integer, float or date columns: one validity byte and the
+/// value each). The row format's bytes order as the keys do, so such keys packed into a
+/// big-endian `u128` compare as integers: a merge then makes no memcmp call and no row lookup
+/// per comparison, which were half of its time.
+fn packed_width(schema: &SchemaRef, key_columns: &[usize]) -> Option<usize> {
+    let mut width = 0;
+    for &c in key_columns {
+        width += 1 + schema.field(c).data_type().primitive_width()?;
+    }
+    (width <= 16).then_some(width)
+}
+
+/// The rows packed as integers; `None` if a row is not `width` bytes long.
+fn pack(rows: &Rows, width: usize) -> Option<Vec<u128>> {
+    let mut packed = Vec::with_capacity(rows.num_rows());
+    for row in rows.iter() {
+        let bytes = row.as_ref();
+        if bytes.len() != width {
+            return None;
+        }
+        let mut buffer = [0u8; 16];
+        buffer[..width].copy_from_slice(bytes);
+        packed.push(u128::from_be_bytes(buffer));
+    }
+    Some(packed)
 }
 
 impl Iterator for SortedMerge {

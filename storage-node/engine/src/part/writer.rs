@@ -9,7 +9,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::writer::FileWriter;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
+use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
@@ -66,6 +66,10 @@ impl PartWriter {
             let low_cardinality = field.metadata().get(CH_TYPE_KEY).is_some_and(|t| t.contains("LowCardinality"));
             if low_cardinality {
                 props = props.set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), true);
+            } else if matches!(field.data_type(), arrow::datatypes::DataType::Utf8 | arrow::datatypes::DataType::Binary)
+            {
+                props = props
+                    .set_column_encoding(ColumnPath::from(field.name().as_str()), Encoding::DELTA_LENGTH_BYTE_ARRAY);
             }
         }
         let props = props.build();
