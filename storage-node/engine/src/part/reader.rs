@@ -44,23 +44,45 @@ impl PartReader {
         self
     }
 
-    /// Reads only these row ranges, which must be sorted and disjoint.
+    /// Reads only these row ranges, which must be sorted and disjoint. Row groups without a
+    /// selected row are left out of the read altogether, not skipped page by page.
     pub fn select_rows(mut self, ranges: &[Range<usize>], total_rows: usize) -> Self {
+        let mut groups = Vec::new();
+        let mut group_rows = Vec::new();
+        let mut start = 0;
+        for (i, group) in self.builder.metadata().row_groups().iter().enumerate() {
+            let rows = start..start + group.num_rows() as usize;
+            if ranges.iter().any(|r| r.start < rows.end && rows.start < r.end) {
+                groups.push(i);
+                group_rows.push(rows.clone());
+            }
+            start = rows.end;
+        }
+        if start != total_rows {
+            // Row groups that do not add up to the part: select over the whole file.
+            groups = (0..self.builder.metadata().num_row_groups()).collect();
+            group_rows = std::iter::once(0..total_rows).collect();
+        }
+        // The selection counts only the rows of the row groups read.
         let mut selectors = Vec::new();
-        let mut pos = 0;
-        for range in ranges {
-            if range.start > pos {
-                selectors.push(RowSelector::skip(range.start - pos));
+        for rows in &group_rows {
+            let mut pos = rows.start;
+            for range in ranges {
+                let (from, to) = (range.start.max(rows.start), range.end.min(rows.end));
+                if from >= to {
+                    continue;
+                }
+                if from > pos {
+                    selectors.push(RowSelector::skip(from - pos));
+                }
+                selectors.push(RowSelector::select(to - from));
+                pos = to;
             }
-            if range.end > range.start {
-                selectors.push(RowSelector::select(range.end - range.start));
+            if rows.end > pos {
+                selectors.push(RowSelector::skip(rows.end - pos));
             }
-            pos = range.end;
         }
-        if total_rows > pos {
-            selectors.push(RowSelector::skip(total_rows - pos));
-        }
-        self.builder = self.builder.with_row_selection(RowSelection::from(selectors));
+        self.builder = self.builder.with_row_groups(groups).with_row_selection(RowSelection::from(selectors));
         self
     }
 
