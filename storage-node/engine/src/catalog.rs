@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -116,30 +116,45 @@ const MERGE_ASSIGN_DELAY: Duration = Duration::from_millis(500);
 /// parts_to_delay_insert if merges fall too far behind.
 const MERGE_THREAD_NICE: i32 = 10;
 
+/// How often the merge threads look at every table again, without an insert asking them to:
+/// the selector's base falls as parts age, so a merge not due at the last insert may be now.
+const MERGE_RESCAN: Duration = Duration::from_secs(15);
+
 /// A fixed number of threads running background merges.
 struct MergePool {
     sender: Option<Sender<(Instant, Arc<Table>)>>,
+    /// Every table a merge was ever scheduled for, for the periodic rescan.
+    known: Arc<Mutex<Vec<Weak<Table>>>>,
 }
 
 impl MergePool {
     fn start(threads: usize, delay: Duration) -> MergePool {
+        let known = Arc::new(Mutex::new(Vec::new()));
         if threads == 0 {
-            return MergePool { sender: None };
+            return MergePool { sender: None, known };
         }
         let (sender, receiver) = channel::<(Instant, Arc<Table>)>();
         let receiver = Arc::new(Mutex::new(receiver));
         for i in 0..threads {
-            let receiver = receiver.clone();
-            let spawned =
-                std::thread::Builder::new().name(format!("merge-{i}")).spawn(move || merge_worker(&receiver, delay));
+            let (receiver, known) = (receiver.clone(), known.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("merge-{i}"))
+                .spawn(move || merge_worker(&receiver, &known, delay));
             if let Err(e) = spawned {
                 warn!(error = %e, "cannot start a merge thread");
             }
         }
-        MergePool { sender: Some(sender) }
+        MergePool { sender: Some(sender), known }
     }
 
     fn schedule(&self, table: Arc<Table>) {
+        {
+            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            known.retain(|t| t.strong_count() > 0);
+            if !known.iter().any(|t| std::ptr::eq(t.as_ptr(), Arc::as_ptr(&table))) {
+                known.push(Arc::downgrade(&table));
+            }
+        }
         if let Some(sender) = &self.sender {
             // A closed channel means the process is shutting down; nothing to merge then.
             let _ = sender.send((Instant::now(), table));
@@ -147,31 +162,45 @@ impl MergePool {
     }
 }
 
-fn merge_worker(receiver: &Mutex<Receiver<(Instant, Arc<Table>)>>, delay: Duration) {
+fn merge_worker(receiver: &Mutex<Receiver<(Instant, Arc<Table>)>>, known: &Mutex<Vec<Weak<Table>>>, delay: Duration) {
     // On Linux the nice value is per thread: `None` is this thread alone.
     if let Err(e) = rustix::process::setpriority_process(None, MERGE_THREAD_NICE) {
         warn!(error = %e, "cannot lower the merge thread's priority");
     }
     loop {
-        let (scheduled, table) = {
+        let job = {
             let receiver = receiver.lock().unwrap_or_else(|p| p.into_inner());
-            match receiver.recv() {
-                Ok(job) => job,
-                Err(_) => return,
-            }
+            receiver.recv_timeout(MERGE_RESCAN)
         };
-        let due = scheduled + delay;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        loop {
-            match table.merge_once() {
-                Ok(true) => continue,
-                Ok(false) => break,
-                Err(e) => {
-                    warn!(table = table.name(), error = %e, "background merge failed");
-                    break;
+        match job {
+            Ok((scheduled, table)) => {
+                let due = scheduled + delay;
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
                 }
+                merge_while_due(&table);
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let tables: Vec<Arc<Table>> =
+                    known.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect();
+                for table in tables {
+                    merge_while_due(&table);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Runs the table's merges one after the other while the selector finds one.
+fn merge_while_due(table: &Table) {
+    loop {
+        match table.merge_once() {
+            Ok(true) => continue,
+            Ok(false) => break,
+            Err(e) => {
+                warn!(table = table.name(), error = %e, "background merge failed");
+                break;
             }
         }
     }

@@ -9,74 +9,126 @@
 pub struct PartSize {
     pub bytes: u64,
     pub rows: u64,
+    /// Seconds since the part was written.
+    pub age_s: f64,
+}
+
+/// How crowded a partition is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pressure {
+    /// From 0 (up to 10 parts) to 1 (50 parts or more).
+    pub crowding: f64,
+    /// The partition is at `parts_to_delay_insert`: inserts are being delayed, then refused.
+    pub urgent: bool,
 }
 
 pub trait MergeSelector: Send + Sync {
     /// The range of `parts` (adjacent, one partition, in block order) to merge next, if any.
-    /// `pressure`, from 0 to 1, says how urgently the partition needs fewer parts.
-    fn select(&self, parts: &[PartSize], pressure: f64) -> Option<std::ops::Range<usize>>;
+    fn select(&self, parts: &[PartSize], pressure: Pressure) -> Option<std::ops::Range<usize>>;
 }
 
-/// How urgently a partition of `count` active parts needs merges, from 0 to 1. As in
-/// ClickHouse's merge selector, which lowers its size-ratio base between
-/// `min_parts_to_lower_base` (10) and `max_parts_to_lower_base` (50) parts; and urgent at
-/// once from `parts_to_delay_insert` on, where inserts start to be delayed and then refused.
-pub fn merge_pressure(count: usize, parts_to_delay_insert: u64) -> f64 {
+/// The pressure on a partition of `count` active parts. As in ClickHouse's merge selector,
+/// which lowers its base between `min_parts_to_lower_base` (10) and
+/// `max_parts_to_lower_base` (50) parts.
+pub fn merge_pressure(count: usize, parts_to_delay_insert: u64) -> Pressure {
     const LOWER_FROM: f64 = 10.0;
     const LOWER_TO: f64 = 50.0;
-    if count as u64 >= parts_to_delay_insert {
-        return 1.0;
+    Pressure {
+        crowding: ((count as f64 - LOWER_FROM) / (LOWER_TO - LOWER_FROM)).clamp(0.0, 1.0),
+        urgent: count as u64 >= parts_to_delay_insert,
     }
-    ((count as f64 - LOWER_FROM) / (LOWER_TO - LOWER_FROM)).clamp(0.0, 1.0)
 }
 
-/// Merges runs of similar-sized parts: a range qualifies when its biggest part is at most
-/// `1 / min_ratio` of the range's total, so a big part is not rewritten for a small one; the
-/// longest qualifying range wins, then the one with the fewest bytes. Under pressure the
-/// ratio falls towards 1, where any run of two or more parts qualifies: without that, a big
-/// part beside a smaller one could never merge, and a partition stuck at
-/// `parts_to_throw_insert` would refuse every insert.
+/// ClickHouse's rule for which ranges may merge (its `SimpleMergeSelector`), in its terms:
+///
+/// - A range qualifies when (its bytes + n × the fixed cost) / (its biggest part + the fixed
+///   cost) reaches the *base*: 5 equal parts at least, so every row is rewritten about
+///   log₅ of the data's growth, where merging pairs would rewrite it log₂ times. The fixed
+///   cost (5 MiB per part) makes small parts count as similar.
+/// - The base falls linearly towards 2 (any two similar parts) as the partition gets
+///   crowded (10 to 50 parts) and as the range's youngest part ages: from 10 s on, down to 2
+///   at one hour for small ranges and at 30 days for 100 GiB ones (a log scale in between).
+///   Merges are therefore wide while data streams in, and small leftovers still merge later.
+/// - Among qualifying ranges the one with the lowest (bytes + n × fixed cost) / (n − 1.9)
+///   wins: the cheapest merge per part removed, longer ranges preferred.
+///
+/// One rule of our own: once the partition is at `parts_to_delay_insert` the base is 1, so any
+/// adjacent parts merge. Without it a big part beside smaller ones never qualifies, and a
+/// partition stuck at `parts_to_throw_insert` would refuse every insert.
 #[derive(Debug, Clone)]
 pub struct SizeTieredSelector {
     pub max_parts: usize,
     pub max_bytes: u64,
-    pub min_ratio: f64,
+    pub base: f64,
+    pub fixed_cost: u64,
 }
 
 impl Default for SizeTieredSelector {
     fn default() -> Self {
-        SizeTieredSelector { max_parts: 100, max_bytes: 150 << 30, min_ratio: 1.5 }
+        SizeTieredSelector { max_parts: 100, max_bytes: 150 << 30, base: 5.0, fixed_cost: 5 << 20 }
+    }
+}
+
+/// 0 below `min`, 1 above `max`, linear in between.
+fn unit_ramp(value: f64, min: f64, max: f64) -> f64 {
+    if value <= min {
+        0.0
+    } else if value >= max {
+        1.0
+    } else {
+        (value - min) / (max - min)
+    }
+}
+
+fn lerp(from: f64, to: f64, t: f64) -> f64 {
+    from + (to - from) * t
+}
+
+impl SizeTieredSelector {
+    /// The base a range of `sum` bytes whose youngest part is `min_age_s` old must reach.
+    fn base(&self, sum: f64, min_age_s: f64, pressure: Pressure) -> f64 {
+        const MIN_SIZE: f64 = (1u64 << 20) as f64;
+        const MAX_SIZE: f64 = (100u64 << 30) as f64;
+        const MIN_AGE_S: f64 = 10.0;
+        const MAX_AGE_S_SMALL: f64 = 3600.0;
+        const MAX_AGE_S_BIG: f64 = 30.0 * 86400.0;
+        if pressure.urgent {
+            return 1.0;
+        }
+        let size = unit_ramp((1.0 + sum).ln(), (1.0 + MIN_SIZE).ln(), (1.0 + MAX_SIZE).ln());
+        let age = unit_ramp(min_age_s, MIN_AGE_S, lerp(MAX_AGE_S_SMALL, MAX_AGE_S_BIG, size));
+        lerp(self.base, 2.0, (age + pressure.crowding).min(1.0))
     }
 }
 
 impl MergeSelector for SizeTieredSelector {
-    fn select(&self, parts: &[PartSize], pressure: f64) -> Option<std::ops::Range<usize>> {
-        let min_ratio = self.min_ratio - (self.min_ratio - 1.0) * pressure.clamp(0.0, 1.0);
-        let mut best: Option<(usize, u64, std::ops::Range<usize>)> = None;
+    fn select(&self, parts: &[PartSize], pressure: Pressure) -> Option<std::ops::Range<usize>> {
+        let fixed = self.fixed_cost as f64;
+        let mut best: Option<(f64, std::ops::Range<usize>)> = None;
         for start in 0..parts.len() {
-            let (mut sum, mut max) = (0u64, 0u64);
+            let (mut sum, mut max, mut min_age) = (0u64, 0u64, f64::INFINITY);
             for (end, part) in parts.iter().enumerate().take(start + self.max_parts).skip(start) {
-                // Count empty parts as one byte so that they merge away too.
-                let bytes = part.bytes.max(1);
-                sum += bytes;
-                max = max.max(bytes);
+                sum += part.bytes;
+                max = max.max(part.bytes);
+                min_age = min_age.min(part.age_s);
                 if sum > self.max_bytes {
                     break;
                 }
-                let len = end - start + 1;
-                if len < 2 || (max as f64) * min_ratio > sum as f64 {
+                let n = (end - start + 1) as f64;
+                if n < 2.0 {
                     continue;
                 }
-                let better = match &best {
-                    None => true,
-                    Some((best_len, best_sum, _)) => len > *best_len || (len == *best_len && sum < *best_sum),
-                };
-                if better {
-                    best = Some((len, sum, start..end + 1));
+                let ratio = (sum as f64 + n * fixed) / (max as f64 + fixed);
+                if ratio < self.base(sum as f64, min_age, pressure) {
+                    continue;
+                }
+                let score = (sum as f64 + n * fixed) / (n - 1.9);
+                if best.as_ref().is_none_or(|(best_score, _)| score < *best_score) {
+                    best = Some((score, start..end + 1));
                 }
             }
         }
-        best.map(|(_, _, range)| range)
+        best.map(|(_, range)| range)
     }
 }
 
@@ -84,43 +136,62 @@ impl MergeSelector for SizeTieredSelector {
 mod tests {
     use super::*;
 
-    fn sizes(bytes: &[u64]) -> Vec<PartSize> {
-        bytes.iter().map(|&b| PartSize { bytes: b, rows: b }).collect()
+    const MIB: u64 = 1 << 20;
+    const CALM: Pressure = Pressure { crowding: 0.0, urgent: false };
+
+    fn parts(bytes: &[u64], age_s: f64) -> Vec<PartSize> {
+        bytes.iter().map(|&b| PartSize { bytes: b, rows: b, age_s }).collect()
     }
 
     #[test]
-    fn merges_equal_parts_together() {
+    fn fresh_parts_wait_for_five_of_a_size() {
         let selector = SizeTieredSelector::default();
-        assert_eq!(selector.select(&sizes(&[10, 10, 10, 10]), 0.0), Some(0..4));
+        assert_eq!(selector.select(&parts(&[MIB; 4], 1.0), CALM), None);
+        assert_eq!(selector.select(&parts(&[MIB; 5], 1.0), CALM), Some(0..5));
+        // The fixed cost makes small parts alike: a 1 KiB part counts nearly as a 1 MiB one.
+        assert_eq!(selector.select(&parts(&[MIB, MIB, 1024, MIB, MIB], 1.0), CALM), None);
+        assert_eq!(selector.select(&parts(&[MIB, MIB, 1024, MIB, MIB, MIB], 1.0), CALM), Some(0..6));
     }
 
     #[test]
-    fn leaves_a_big_part_alone_for_one_small_part() {
+    fn a_big_part_is_left_alone_for_small_ones() {
         let selector = SizeTieredSelector::default();
-        assert_eq!(selector.select(&sizes(&[1000, 10]), 0.0), None);
-        assert_eq!(selector.select(&sizes(&[1000, 10, 10, 10]), 0.0), Some(1..4));
+        assert_eq!(selector.select(&parts(&[1000 * MIB, MIB, MIB, MIB, MIB], 1.0), CALM), None);
+        assert_eq!(selector.select(&parts(&[1000 * MIB, MIB, MIB, MIB, MIB, MIB], 1.0), CALM), Some(1..6));
     }
 
     #[test]
-    fn nothing_to_merge_in_one_part() {
+    fn old_and_crowded_parts_merge_by_two() {
         let selector = SizeTieredSelector::default();
-        assert_eq!(selector.select(&sizes(&[10]), 0.0), None);
-        assert_eq!(selector.select(&[], 0.0), None);
+        let two = parts(&[MIB, MIB], 1.0);
+        assert_eq!(selector.select(&two, CALM), None);
+        assert_eq!(selector.select(&parts(&[1024, 1024], 60.0), CALM), None, "a minute old");
+        assert_eq!(selector.select(&parts(&[1024, 1024], 3600.0), CALM), Some(0..2), "an hour old");
+        // Bigger ranges need more age: 2 MiB is not enough after an hour.
+        assert_eq!(selector.select(&parts(&[MIB, MIB], 3600.0), CALM), None);
+        assert_eq!(selector.select(&two, Pressure { crowding: 1.0, urgent: false }), Some(0..2), "50 parts");
+        assert_eq!(merge_pressure(3, 1000), CALM);
+        assert_eq!(merge_pressure(30, 1000).crowding, 0.5);
     }
 
     #[test]
-    fn under_pressure_a_big_part_merges_with_smaller_ones() {
+    fn urgent_partitions_merge_a_big_part_with_a_small_one() {
         let selector = SizeTieredSelector::default();
-        assert_eq!(selector.select(&sizes(&[1000, 100, 10]), 0.0), None);
-        assert_eq!(selector.select(&sizes(&[1000, 100, 10]), 1.0), Some(0..3));
-        assert_eq!(merge_pressure(3, 1000), 0.0);
-        assert_eq!(merge_pressure(30, 1000), 0.5);
-        assert_eq!(merge_pressure(3, 2), 1.0);
+        let uneven = parts(&[1000 * MIB, 100 * MIB, 10 * MIB], 1.0);
+        assert_eq!(selector.select(&uneven, Pressure { crowding: 1.0, urgent: false }), None);
+        let urgent = merge_pressure(3, 3);
+        assert!(urgent.urgent);
+        assert!(selector.select(&uneven, urgent).is_some());
     }
 
     #[test]
-    fn respects_the_part_count_limit() {
-        let selector = SizeTieredSelector { max_parts: 3, ..Default::default() };
-        assert_eq!(selector.select(&sizes(&[5, 5, 5, 5, 5]), 0.0).map(|r| r.len()), Some(3));
+    fn nothing_to_merge_in_one_part_and_the_part_count_is_bounded() {
+        let selector = SizeTieredSelector::default();
+        assert_eq!(selector.select(&parts(&[MIB], 1e6), CALM), None);
+        assert_eq!(selector.select(&[], CALM), None);
+        let limited = SizeTieredSelector { max_parts: 3, ..Default::default() };
+        assert_eq!(limited.select(&parts(&[MIB; 8], 1.0), CALM).map(|r| r.len()), None, "5 needed, 3 allowed");
+        let crowded = Pressure { crowding: 1.0, urgent: false };
+        assert_eq!(limited.select(&parts(&[MIB; 8], 1.0), crowded).map(|r| r.len()), Some(3));
     }
 }

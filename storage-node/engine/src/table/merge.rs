@@ -40,8 +40,15 @@ impl Table {
                 end += 1;
             }
             if end > start + 1 {
-                let sizes: Vec<PartSize> =
-                    active[start..end].iter().map(|p| PartSize { bytes: p.bytes_on_disk, rows: p.rows() }).collect();
+                let now = chrono::Utc::now().timestamp();
+                let sizes: Vec<PartSize> = active[start..end]
+                    .iter()
+                    .map(|p| PartSize {
+                        bytes: p.bytes_on_disk,
+                        rows: p.rows(),
+                        age_s: (now - p.meta.modification_time).max(0) as f64,
+                    })
+                    .collect();
                 let partition = &active[start].name.partition_id;
                 let in_partition = active.iter().filter(|p| &p.name.partition_id == partition).count();
                 let pressure = merge_pressure(in_partition, self.def.settings.parts_to_delay_insert);
