@@ -7,7 +7,9 @@ builds), produces `--messages` JSON messages to a topic of `--partitions` partit
 - raw: `kafka-consume-bench` reads them all with a plain rdkafka poll loop (best of
   `--raw-runs`), decoding nothing;
 - end to end (`--runs` times, each with a pipeline of its own and a fresh storage node):
-  `ingestor run` consumes them into a ReplacingMergeTree table; the time runs from the
+  `ingestor run` consumes them into a ReplacingMergeTree table (default batch limits, and
+  `idle_ms: 100` so that the last blocks go as soon as the backlog is drained rather than
+  after `max_ms`); the time runs from the
   ingestor's start until its metrics count every message in committed blocks (startup and
   partition ownership included); the table is then checked to hold each exactly once.
 
@@ -80,6 +82,20 @@ def cpu_seconds(pid):
     return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
 
 
+def thread_cpu_seconds(pid):
+    """CPU seconds per thread name of a running process (threads of one name summed)."""
+    per_name = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        per_name[name] = round(per_name.get(name, 0) + seconds, 2)
+    return {name: s for name, s in sorted(per_name.items(), key=lambda kv: -kv[1]) if s > 0}
+
+
 def raw_consume(broker, topic, partitions, n, *extra):
     """One read of the topic by `kafka-consume-bench`, with the CPU seconds it and the broker
     used: the baseline is itself CPU-bound on a small machine."""
@@ -111,6 +127,8 @@ tables:
       amount: amount
       status: status
       version: version
+batch:
+  idle_ms: 100
 errors:
   mode: skip
 """
@@ -147,6 +165,7 @@ def end_to_end(tmp, broker, keeper, topic, n, run):
                   "storage_node_peak_rss_mib": peak_rss_mib(storage.proc.pid),
                   "ingestor_cpu_s": cpu_seconds(ingestor.proc.pid),
                   "storage_node_cpu_s": cpu_seconds(storage.proc.pid),
+                  "ingestor_threads_cpu_s": thread_cpu_seconds(ingestor.proc.pid),
                   "broker_cpu_s": round(cpu_seconds(broker.proc.pid) - broker_cpu, 2)}
         metrics = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
         insert = {m.group(1): float(m.group(2)) for m in

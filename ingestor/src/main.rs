@@ -103,6 +103,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         instance,
         session_timeout: Duration::from_millis(args.session_timeout_ms),
     };
+    tracing::info!(pipeline = pipeline.name, instance = options.instance, "starting");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
         match pipeline.source.clone() {

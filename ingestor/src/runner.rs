@@ -155,6 +155,8 @@ pub struct Runner<S: Source> {
     inserts: JoinSet<Inserted>,
     /// Bytes of messages buffered or in blocks being inserted.
     in_flight_bytes: usize,
+    /// When the source last gave messages.
+    last_batch: Instant,
     messages_in: metrics::Counter,
     bytes_in: metrics::Counter,
 }
@@ -186,6 +188,7 @@ impl<S: Source> Runner<S> {
             owned: BTreeMap::new(),
             inserts: JoinSet::new(),
             in_flight_bytes: 0,
+            last_batch: Instant::now(),
             messages_in: metrics::counter!("mergestream_ingestor_messages_total"),
             bytes_in: metrics::counter!("mergestream_ingestor_bytes_total"),
         })
@@ -203,6 +206,7 @@ impl<S: Source> Runner<S> {
                 _ = &mut shutdown => break,
                 batch = self.source.next_batch() => match batch {
                     Ok(batch) => {
+                        self.last_batch = Instant::now();
                         for i in 0..batch.len() {
                             self.on_message(&batch, i).await?;
                         }
@@ -324,8 +328,12 @@ impl<S: Source> Runner<S> {
         Ok(())
     }
 
+    /// Flushes the buffers older than the pipeline's `max_ms`, or every buffer once the
+    /// source has been quiet for `idle_ms`, if the pipeline sets it.
     async fn flush_due(&mut self) -> Result<(), IngestError> {
-        let max_age = Duration::from_millis(self.pipeline.batch.max_ms);
+        let limits = &self.pipeline.batch;
+        let idle = limits.idle_ms.is_some_and(|ms| self.last_batch.elapsed() >= Duration::from_millis(ms));
+        let max_age = if idle { Duration::ZERO } else { Duration::from_millis(limits.max_ms) };
         let due: Vec<(PartitionKey, usize)> = self
             .owned
             .iter()

@@ -75,6 +75,19 @@ def test_sigterm_flushes_what_is_buffered(tmp_path, broker, keeper, storage, top
     assert table_state(storage, "slow") == (300, 300, sum(i * 3 for i in range(300)))
 
 
+def test_idle_ms_flushes_once_the_source_is_quiet(tmp_path, broker, keeper, storage, topic):
+    broker.create_topic(topic, PARTITIONS)
+    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, "idle",
+                              batch="{ max_rows: 100000, max_ms: 600000, idle_ms: 300 }")
+    ingestor = Ingestor(tmp_path, pipeline, storage, keeper.hosts).start()
+    wait_until(lambda: "owning partition" in ingestor.output(), 60, "partitions owned")
+    broker.produce(topic, messages(range(300)))
+    # Far below max_ms (10 minutes) and max_rows: only the quiet source flushes them.
+    wait_for_rows(storage, "idle", 300, timeout=30)
+    assert table_state(storage, "idle") == (300, 300, sum(i * 3 for i in range(300)))
+    assert ingestor.terminate() == 0, ingestor.output()
+
+
 def test_exactly_once_while_ingestors_and_the_storage_node_are_killed(tmp_path, broker, keeper, storage, topic):
     n = 20_000
     broker.create_topic(topic, PARTITIONS)

@@ -561,13 +561,22 @@ impl<'a> Checker<'a> {
     }
 
     fn batch(&mut self, node: &Node) -> Option<BatchLimits> {
-        let f = self.fields(node, "batch", &["max_rows", "max_bytes", "max_ms"], &[])?;
+        let f = self.fields(node, "batch", &["max_rows", "max_bytes", "max_ms", "idle_ms"], &[])?;
         let defaults = BatchLimits::default();
         let max_rows = f.get("max_rows").map_or(Some(defaults.max_rows as u64), |n| self.positive(n, "batch.max_rows"));
         let max_bytes =
             f.get("max_bytes").map_or(Some(defaults.max_bytes as u64), |n| self.positive(n, "batch.max_bytes"));
         let max_ms = f.get("max_ms").map_or(Some(defaults.max_ms), |n| self.positive(n, "batch.max_ms"));
-        Some(BatchLimits { max_rows: max_rows? as usize, max_bytes: max_bytes? as usize, max_ms: max_ms? })
+        let idle_ms = match f.get("idle_ms") {
+            Some(n) => Some(Some(self.positive(n, "batch.idle_ms")?)),
+            None => Some(None),
+        };
+        Some(BatchLimits {
+            max_rows: max_rows? as usize,
+            max_bytes: max_bytes? as usize,
+            max_ms: max_ms?,
+            idle_ms: idle_ms?,
+        })
     }
 
     fn errors(&mut self, node: &Node) -> Option<ErrorPolicy> {
@@ -672,6 +681,9 @@ errors: { mode: dead_letter, dead_letter_topic: orders-bad, max_error_rate: 0.5 
         );
         assert_eq!(p.tables[0].columns[1].source, ValueSource::Field(vec!["order".into(), "amount".into()]));
         assert_eq!(p.batch.max_bytes, 4 << 20);
+        assert_eq!(p.batch.idle_ms, None, "off unless set");
+        let idle = Pipeline::parse(&GOOD.replace("max_ms: 200 }", "max_ms: 200, idle_ms: 50 }"), Path::new("."));
+        assert_eq!(idle.expect("valid").batch.idle_ms, Some(50));
         assert_eq!(p.errors.mode, ErrorMode::DeadLetter { topic: "orders-bad".into() });
     }
 

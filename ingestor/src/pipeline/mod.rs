@@ -127,11 +127,15 @@ pub struct BatchLimits {
     pub max_rows: usize,
     pub max_bytes: usize,
     pub max_ms: u64,
+    /// Flush every buffer once the source has given nothing for this long (the end of a
+    /// backlog or of a burst), rather than waiting for `max_ms`. Off by default: on a quiet
+    /// topic it makes a small part per burst.
+    pub idle_ms: Option<u64>,
 }
 
 impl Default for BatchLimits {
     fn default() -> Self {
-        BatchLimits { max_rows: 100_000, max_bytes: 16 << 20, max_ms: 1000 }
+        BatchLimits { max_rows: 100_000, max_bytes: 16 << 20, max_ms: 1000, idle_ms: None }
     }
 }
 
