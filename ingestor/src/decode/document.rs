@@ -13,6 +13,7 @@ use std::fmt;
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value as Json;
+use smallvec::SmallVec;
 
 use super::DecodeError;
 use crate::pipeline::{TableTarget, ValueSource};
@@ -29,8 +30,11 @@ pub struct Projection {
 /// null.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Document<'a> {
-    values: Vec<Option<Field<'a>>>,
+    values: SmallVec<[Option<Field<'a>>; INLINE_FIELDS]>,
 }
+
+/// Projected fields held without a heap allocation.
+const INLINE_FIELDS: usize = 8;
 
 /// One value of a message, as its format gave it. JSON null is not a field: it counts as
 /// missing.
@@ -105,7 +109,10 @@ impl Projection {
 
     /// Parses a JSON payload: it must be one object, with nothing after it.
     pub fn parse_json<'a>(&self, payload: &'a [u8]) -> Result<Document<'a>, DecodeError> {
-        let mut de = serde_json::Deserializer::from_slice(payload);
+        // One UTF-8 check of the whole payload is cheaper than serde_json's check of each
+        // string in it (keys and skipped fields included).
+        let text = std::str::from_utf8(payload).map_err(|e| DecodeError::Malformed(e.to_string()))?;
+        let mut de = serde_json::Deserializer::from_str(text);
         let parsed = DocumentSeed(self).deserialize(&mut de).and_then(|doc| de.end().map(|()| doc));
         match parsed {
             Ok(Ok(doc)) => Ok(doc),
@@ -115,9 +122,10 @@ impl Projection {
     }
 
     /// The projected fields of an already decoded value (an Avro record).
-    pub fn project(&self, value: Json) -> Result<Document<'static>, DecodeError> {
+    pub fn project<'a>(&self, value: Json) -> Result<Document<'a>, DecodeError> {
         let Json::Object(mut object) = value else { return Err(DecodeError::NotAnObject(json_kind(&value))) };
-        Ok(Document { values: self.names.iter().map(|n| object.remove(n).and_then(Field::from_json)).collect() })
+        let field = |name: &String| -> Option<Field<'a>> { object.remove(name).and_then(Field::from_json) };
+        Ok(Document { values: self.names.iter().map(field).collect() })
     }
 }
 
@@ -169,7 +177,7 @@ impl<'de> Visitor<'de> for DocumentSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut values = vec![None; self.0.names.len()];
+        let mut values: SmallVec<[Option<Field<'de>>; INLINE_FIELDS]> = (0..self.0.names.len()).map(|_| None).collect();
         while let Some(slot) = map.next_key_seed(KeySeed(self.0))? {
             match slot {
                 Some(slot) => values[slot] = map.next_value_seed(FieldSeed)?,
@@ -307,7 +315,7 @@ mod tests {
     fn only_the_read_fields_are_kept() {
         let p = projection(&["id", "order"], &[1, 2]);
         let mut doc = p.parse_json(br#"{"skip": [1, {"x": 2}], "order": {"who": "ann"}, "id": 7}"#).expect("object");
-        assert_eq!(doc.values, vec![Some(Field::U64(7)), Some(Field::Nested(serde_json::json!({"who": "ann"})))]);
+        assert_eq!(doc.values[..], [Some(Field::U64(7)), Some(Field::Nested(serde_json::json!({"who": "ann"})))]);
         assert_eq!(doc.get(1, &["who".to_string()], false), Some(Field::Str("ann".into())));
         assert_eq!(doc.get(0, &[], true), Some(Field::U64(7)));
         assert_eq!(doc.get(0, &[], true), None, "taken");
@@ -332,6 +340,7 @@ mod tests {
         assert_eq!(p.parse_json(b"\"x\""), Err(DecodeError::NotAnObject("a string")));
         assert!(matches!(p.parse_json(b"{\"id\": 1"), Err(DecodeError::Malformed(_))));
         assert!(matches!(p.parse_json(b"{\"id\": 1} x"), Err(DecodeError::Malformed(_))));
-        assert_eq!(p.parse_json(br#"{"i\u0064": 5}"#).map(|d| d.values), Ok(vec![Some(Field::U64(5))]));
+        assert_eq!(p.parse_json(br#"{"i\u0064": 5}"#).map(|d| d.values.to_vec()), Ok(vec![Some(Field::U64(5))]));
+        assert!(matches!(p.parse_json(b"{\"id\": \"\xff\"}"), Err(DecodeError::Malformed(_))), "not UTF-8");
     }
 }
