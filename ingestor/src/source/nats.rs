@@ -89,9 +89,7 @@ impl Nats {
             ..Default::default()
         }
     }
-}
 
-impl Nats {
     async fn next_message(&mut self) -> Result<jetstream::Message, IngestError> {
         let Some(messages) = self.messages.as_mut() else { return std::future::pending().await };
         match messages.next().await {
