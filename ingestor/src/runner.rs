@@ -3,8 +3,8 @@
 //! The runner owns partitions through the coordinator and tells the source to read them,
 //! each from its coordinator position. Messages are decoded into per-(partition, table)
 //! buffers; a buffer is flushed as one block when it reaches the pipeline's rows, bytes or
-//! age threshold, or when the memory of all buffers and blocks in flight passes
-//! `max_in_flight_bytes`. A flush inserts the block and moves the offset node in one commit
+//! age threshold, or when the memory of all buffers and blocks in flight passes their share
+//! of `max_in_flight_bytes`. A flush inserts the block and moves the offset node in one commit
 //! on the storage node. Inserts run beside consumption, at most one per (partition, table)
 //! at a time since each needs the offset node version the previous one left; a slow or
 //! delaying storage node therefore slows consumption down once the memory bound is reached.
@@ -159,6 +159,13 @@ pub struct Runner<S: Source> {
     last_batch: Instant,
     messages_in: metrics::Counter,
     bytes_in: metrics::Counter,
+}
+
+/// The share of `max_in_flight_bytes` for buffers and blocks being inserted: three quarters,
+/// the last quarter being the source's own prefetch (librdkafka's queue; see
+/// `source::kafka::consumer_config`).
+fn buffer_bound(max_in_flight_bytes: u64) -> usize {
+    (max_in_flight_bytes - max_in_flight_bytes / 4) as usize
 }
 
 impl<S: Source> Runner<S> {
@@ -320,7 +327,7 @@ impl<S: Source> Runner<S> {
             self.wait_for_insert(&key, t).await?;
             self.flush(&key, t).await?;
         }
-        while self.in_flight_bytes > self.pipeline.max_in_flight_bytes as usize {
+        while self.in_flight_bytes > buffer_bound(self.pipeline.max_in_flight_bytes) {
             if !self.flush_largest().await? && !self.finish_an_insert().await? {
                 break;
             }

@@ -67,6 +67,31 @@ const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("fetch.queue.backoff.ms", "10"),
 ];
 
+/// librdkafka's own limit on its prefetch queue, in KiB.
+const PREFETCH_KIB: (u64, u64) = (1024, 65_536);
+
+/// The consumer's settings: the pipeline's properties over the ingestor's defaults, and the
+/// prefetch queue bounded by the pipeline's memory (librdkafka's queue is memory in flight
+/// too, and its default of 64 MiB alone would pass a small `max_in_flight_bytes`).
+fn consumer_config(source: &KafkaSource, client: &ClientConfig, max_in_flight_bytes: u64) -> ClientConfig {
+    let mut config = client.clone();
+    for (key, value) in CONSUMER_DEFAULTS {
+        if !source.properties.contains_key(*key) {
+            config.set(*key, *value);
+        }
+    }
+    if !source.properties.contains_key("queued.max.messages.kbytes") {
+        let kib = (max_in_flight_bytes / 4 / 1024).clamp(PREFETCH_KIB.0, PREFETCH_KIB.1);
+        config.set("queued.max.messages.kbytes", kib.to_string());
+    }
+    config
+        .set("group.id", &source.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false");
+    config
+}
+
 fn client_config(source: &KafkaSource) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &source.brokers);
@@ -159,20 +184,11 @@ fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, o
 }
 
 impl Kafka {
-    pub fn new(source: &KafkaSource) -> Result<Kafka, IngestError> {
+    /// A consumer of the source's topics; `max_in_flight_bytes` is the pipeline's memory bound,
+    /// a quarter of which librdkafka's prefetch queue may take.
+    pub fn new(source: &KafkaSource, max_in_flight_bytes: u64) -> Result<Kafka, IngestError> {
         let config = client_config(source);
-        let mut consumer_config = config.clone();
-        for (key, value) in CONSUMER_DEFAULTS {
-            if !source.properties.contains_key(*key) {
-                consumer_config.set(*key, *value);
-            }
-        }
-        let consumer: BaseConsumer = consumer_config
-            .set("group.id", &source.group_id)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .create()?;
+        let consumer: BaseConsumer = consumer_config(source, &config, max_in_flight_bytes).create()?;
         let consumer = Arc::new(consumer);
         let (assignments, assignments_rx) = mpsc::channel();
         let (out, batches) = channel::channel(BATCHES_IN_FLIGHT);
@@ -306,13 +322,34 @@ impl Source for Kafka {
 mod tests {
     use super::*;
 
-    fn with(properties: &[(&str, &str)]) -> Result<Kafka, IngestError> {
-        Kafka::new(&KafkaSource {
+    fn source(properties: &[(&str, &str)]) -> KafkaSource {
+        KafkaSource {
             brokers: "127.0.0.1:1".into(),
             topics: vec!["t".into()],
             group_id: "g".into(),
             properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        })
+        }
+    }
+
+    fn with(properties: &[(&str, &str)]) -> Result<Kafka, IngestError> {
+        Kafka::new(&source(properties), 256 << 20)
+    }
+
+    #[test]
+    fn the_prefetch_queue_is_a_quarter_of_the_memory_bound() {
+        let prefetch = |properties: &[(&str, &str)], bound: u64| {
+            let source = source(properties);
+            let config = consumer_config(&source, &client_config(&source), bound);
+            config.get("queued.max.messages.kbytes").map(str::to_string)
+        };
+        assert_eq!(prefetch(&[], 32 << 20).as_deref(), Some("8192"));
+        assert_eq!(prefetch(&[], 1 << 40).as_deref(), Some("65536"), "librdkafka's default at most");
+        assert_eq!(prefetch(&[], 1 << 20).as_deref(), Some("1024"), "1 MiB at least");
+        assert_eq!(prefetch(&[("queued.max.messages.kbytes", "777")], 32 << 20).as_deref(), Some("777"));
+        assert_eq!(
+            consumer_config(&source(&[]), &client_config(&source(&[])), 1 << 30).get("fetch.queue.backoff.ms"),
+            Some("10")
+        );
     }
 
     /// librdkafka checks at creation that a SASL mechanism is built in; these are, with TLS.
