@@ -51,6 +51,11 @@ pub enum Field<'a> {
 }
 
 impl Field<'_> {
+    /// An integer as JSON parsing gives it: non-negative ones are `U64`.
+    pub fn integer(n: i64) -> Field<'static> {
+        u64::try_from(n).map_or(Field::I64(n), Field::U64)
+    }
+
     /// `None` for null.
     pub fn from_json(value: Json) -> Option<Field<'static>> {
         Some(match value {
@@ -252,7 +257,7 @@ impl<'de> Visitor<'de> for FieldSeed {
     fn visit_i64<E>(self, i: i64) -> Result<Self::Value, E> {
         // serde_json calls this for negative integers only; keep its split if another
         // deserializer does not.
-        Ok(Some(u64::try_from(i).map_or(Field::I64(i), Field::U64)))
+        Ok(Some(Field::integer(i)))
     }
 
     fn visit_f64<E>(self, f: f64) -> Result<Self::Value, E> {

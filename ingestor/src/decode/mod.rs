@@ -193,9 +193,9 @@ impl RowDecoder {
             ValueSource::Field(path) => slot.and_then(|(slot, take)| document.get(slot, &path[1..], take)),
             ValueSource::Key => meta.key.map(|k| Field::Str(String::from_utf8_lossy(k))),
             ValueSource::Topic => Some(Field::Str(Cow::Borrowed(meta.topic))),
-            ValueSource::Partition => Some(integer(meta.partition.into())),
-            ValueSource::Offset => Some(integer(meta.offset)),
-            ValueSource::Timestamp => meta.timestamp_ms.map(|ms| integer(timestamp_value(ms, &self.types[i]))),
+            ValueSource::Partition => Some(Field::integer(meta.partition.into())),
+            ValueSource::Offset => Some(Field::integer(meta.offset)),
+            ValueSource::Timestamp => meta.timestamp_ms.map(|ms| Field::integer(timestamp_value(ms, &self.types[i]))),
             ValueSource::Header(name) => {
                 meta.headers.iter().find(|(n, _)| n == name).map(|(_, v)| Field::Str(String::from_utf8_lossy(v)))
             }
@@ -255,11 +255,6 @@ fn timestamp_value(ms: i64, ty: &ChType) -> i64 {
         ChType::DateTime => ms.div_euclid(1000),
         _ => ms,
     }
-}
-
-/// An integer as JSON parsing gives it: non-negative ones are `U64`.
-fn integer(n: i64) -> Field<'static> {
-    u64::try_from(n).map_or(Field::I64(n), Field::U64)
 }
 
 fn convert(v: serde_json::Value, conversion: Conversion, column: &str) -> Result<Value, DecodeError> {
