@@ -73,8 +73,8 @@ const PREFETCH_KIB: (u64, u64) = (1024, 65_536);
 /// The consumer's settings: the pipeline's properties over the ingestor's defaults, and the
 /// prefetch queue bounded by the pipeline's memory (librdkafka's queue is memory in flight
 /// too, and its default of 64 MiB alone would pass a small `max_in_flight_bytes`).
-fn consumer_config(source: &KafkaSource, client: &ClientConfig, max_in_flight_bytes: u64) -> ClientConfig {
-    let mut config = client.clone();
+fn consumer_config(source: &KafkaSource, max_in_flight_bytes: u64) -> ClientConfig {
+    let mut config = client_config(source);
     for (key, value) in CONSUMER_DEFAULTS {
         if !source.properties.contains_key(*key) {
             config.set(*key, *value);
@@ -101,7 +101,8 @@ fn client_config(source: &KafkaSource) -> ClientConfig {
     config
 }
 
-/// What a batch's buffer starts with room for: a little more than the previous batch took.
+/// The room the first batch's buffer starts with; each later one starts with a little more
+/// than the largest batch so far took.
 const FIRST_BATCH_BYTES: usize = 64 << 10;
 
 fn incoming<'a>(m: &'a BorrowedMessage<'_>) -> Incoming<'a> {
@@ -187,8 +188,7 @@ impl Kafka {
     /// A consumer of the source's topics; `max_in_flight_bytes` is the pipeline's memory bound,
     /// a quarter of which librdkafka's prefetch queue may take.
     pub fn new(source: &KafkaSource, max_in_flight_bytes: u64) -> Result<Kafka, IngestError> {
-        let config = client_config(source);
-        let consumer: BaseConsumer = consumer_config(source, &config, max_in_flight_bytes).create()?;
+        let consumer: BaseConsumer = consumer_config(source, max_in_flight_bytes).create()?;
         let consumer = Arc::new(consumer);
         let (assignments, assignments_rx) = mpsc::channel();
         let (out, batches) = channel::channel(BATCHES_IN_FLIGHT);
@@ -204,7 +204,7 @@ impl Kafka {
             batches,
             generation: 0,
             producer: std::sync::OnceLock::new(),
-            config,
+            config: client_config(source),
         })
     }
 
@@ -339,17 +339,14 @@ mod tests {
     fn the_prefetch_queue_is_a_quarter_of_the_memory_bound() {
         let prefetch = |properties: &[(&str, &str)], bound: u64| {
             let source = source(properties);
-            let config = consumer_config(&source, &client_config(&source), bound);
+            let config = consumer_config(&source, bound);
             config.get("queued.max.messages.kbytes").map(str::to_string)
         };
         assert_eq!(prefetch(&[], 32 << 20).as_deref(), Some("8192"));
         assert_eq!(prefetch(&[], 1 << 40).as_deref(), Some("65536"), "librdkafka's default at most");
         assert_eq!(prefetch(&[], 1 << 20).as_deref(), Some("1024"), "1 MiB at least");
         assert_eq!(prefetch(&[("queued.max.messages.kbytes", "777")], 32 << 20).as_deref(), Some("777"));
-        assert_eq!(
-            consumer_config(&source(&[]), &client_config(&source(&[])), 1 << 30).get("fetch.queue.backoff.ms"),
-            Some("10")
-        );
+        assert_eq!(consumer_config(&source(&[]), 1 << 30).get("fetch.queue.backoff.ms"), Some("10"));
     }
 
     /// librdkafka checks at creation that a SASL mechanism is built in; these are, with TLS.
