@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -14,9 +14,12 @@ use crate::table::{Table, TABLE_DEF_FILE};
 
 pub const DATABASE: &str = "default";
 
+/// The tables by name, shared with the merge pool's periodic rescan.
+type Tables = Arc<RwLock<BTreeMap<String, Arc<Table>>>>;
+
 pub struct Catalog {
     root: PathBuf,
-    tables: RwLock<BTreeMap<String, Arc<Table>>>,
+    tables: Tables,
     merges: MergePool,
 }
 
@@ -37,8 +40,9 @@ impl Catalog {
                 std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
             }
         }
-        let catalog =
-            Catalog { root, tables: RwLock::new(tables), merges: MergePool::start(merge_threads, MERGE_ASSIGN_DELAY) };
+        let tables: Tables = Arc::new(RwLock::new(tables));
+        let merges = MergePool::start(merge_threads, MERGE_ASSIGN_DELAY, tables.clone());
+        let catalog = Catalog { root, tables, merges };
         for table in catalog.tables() {
             catalog.schedule_merges(&table);
         }
@@ -123,38 +127,28 @@ const MERGE_RESCAN: Duration = Duration::from_secs(15);
 /// A fixed number of threads running background merges.
 struct MergePool {
     sender: Option<Sender<(Instant, Arc<Table>)>>,
-    /// Every table a merge was ever scheduled for, for the periodic rescan.
-    known: Arc<Mutex<Vec<Weak<Table>>>>,
 }
 
 impl MergePool {
-    fn start(threads: usize, delay: Duration) -> MergePool {
-        let known = Arc::new(Mutex::new(Vec::new()));
+    fn start(threads: usize, delay: Duration, tables: Tables) -> MergePool {
         if threads == 0 {
-            return MergePool { sender: None, known };
+            return MergePool { sender: None };
         }
         let (sender, receiver) = channel::<(Instant, Arc<Table>)>();
         let receiver = Arc::new(Mutex::new(receiver));
         for i in 0..threads {
-            let (receiver, known) = (receiver.clone(), known.clone());
+            let (receiver, tables) = (receiver.clone(), tables.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("merge-{i}"))
-                .spawn(move || merge_worker(&receiver, &known, delay));
+                .spawn(move || merge_worker(&receiver, &tables, delay));
             if let Err(e) = spawned {
                 warn!(error = %e, "cannot start a merge thread");
             }
         }
-        MergePool { sender: Some(sender), known }
+        MergePool { sender: Some(sender) }
     }
 
     fn schedule(&self, table: Arc<Table>) {
-        {
-            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-            known.retain(|t| t.strong_count() > 0);
-            if !known.iter().any(|t| std::ptr::eq(t.as_ptr(), Arc::as_ptr(&table))) {
-                known.push(Arc::downgrade(&table));
-            }
-        }
         if let Some(sender) = &self.sender {
             // A closed channel means the process is shutting down; nothing to merge then.
             let _ = sender.send((Instant::now(), table));
@@ -162,7 +156,7 @@ impl MergePool {
     }
 }
 
-fn merge_worker(receiver: &Mutex<Receiver<(Instant, Arc<Table>)>>, known: &Mutex<Vec<Weak<Table>>>, delay: Duration) {
+fn merge_worker(receiver: &Mutex<Receiver<(Instant, Arc<Table>)>>, tables: &Tables, delay: Duration) {
     // On Linux the nice value is per thread: `None` is this thread alone.
     if let Err(e) = rustix::process::setpriority_process(None, MERGE_THREAD_NICE) {
         warn!(error = %e, "cannot lower the merge thread's priority");
@@ -182,7 +176,7 @@ fn merge_worker(receiver: &Mutex<Receiver<(Instant, Arc<Table>)>>, known: &Mutex
             }
             Err(RecvTimeoutError::Timeout) => {
                 let tables: Vec<Arc<Table>> =
-                    known.lock().unwrap_or_else(|p| p.into_inner()).iter().filter_map(Weak::upgrade).collect();
+                    tables.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
                 for table in tables {
                     merge_while_due(&table);
                 }
