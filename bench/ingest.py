@@ -41,7 +41,9 @@ os.environ.setdefault("MERGESTREAM_INGESTOR_BIN", str(RELEASE / "ingestor"))
 sys.path.insert(0, str(ROOT / "tests" / "ingestor"))
 
 from confluent_kafka import Producer  # noqa: E402
-from ingest_services import CoordinatorNode, Ingestor, StorageNode, Tansu, free_port, wait_until  # noqa: E402
+from ingest_services import (  # noqa: E402
+    CoordinatorNode, Ingestor, StorageNode, Tansu, free_port, peak_rss_kib, wait_until,
+)
 
 STATUSES = ["new", "paid", "shipped", "cancelled"]
 
@@ -67,19 +69,19 @@ def produce(broker, topic, partitions, n):
 
 
 def peak_rss_mib(pid):
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024)
-    except OSError:
-        pass
-    return None
+    kib = peak_rss_kib(pid)
+    return None if kib is None else round(kib / 1024)
+
+
+def stat_cpu_seconds(stat_path):
+    """User + system CPU seconds from a /proc stat file (of a process or one of its threads)."""
+    fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid):
     """User + system CPU seconds of a running process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+    return round(stat_cpu_seconds(f"/proc/{pid}/stat"), 2)
 
 
 def thread_cpu_seconds(pid):
@@ -88,10 +90,9 @@ def thread_cpu_seconds(pid):
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             name = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            seconds = stat_cpu_seconds(task / "stat")
         except OSError:
             continue
-        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         per_name[name] = round(per_name.get(name, 0) + seconds, 2)
     return {name: s for name, s in sorted(per_name.items(), key=lambda kv: -kv[1]) if s > 0}
 

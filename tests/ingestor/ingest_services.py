@@ -227,6 +227,17 @@ class NatsServer(Process):
         return self._run(work)
 
 
+def peak_rss_kib(pid):
+    """The peak resident memory of a running process (VmHWM), or None if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def table_state(storage, table):
     count, distinct, total = storage.query(f"SELECT count(), uniqExact(id), sum(v) FROM {table}").split()
     return int(count), int(distinct), int(total)

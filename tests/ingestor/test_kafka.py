@@ -3,10 +3,9 @@
 import json
 import time
 import urllib.request
-from pathlib import Path
 
 from ingest_services import (
-    Ingestor, free_port, kill_and_restart_while_producing, table_state, wait_for_rows, wait_until,
+    Ingestor, free_port, kill_and_restart_while_producing, peak_rss_kib, table_state, wait_for_rows, wait_until,
 )
 
 PARTITIONS = 4
@@ -216,8 +215,7 @@ def test_memory_in_flight_stays_within_max_in_flight_bytes(tmp_path, broker, kee
     ingestor = Ingestor(tmp_path, pipeline, storage, keeper.hosts).start()
     wait_for_rows(storage, "bounded", 60_000, timeout=300)
     assert table_state(storage, "bounded") == (60_000, 60_000, sum(i * 3 for i in range(60_000)))
-    peak_kib = next(int(line.split()[1]) for line in Path(f"/proc/{ingestor.proc.pid}/status").read_text().splitlines()
-                    if line.startswith("VmHWM:"))
+    peak_kib = peak_rss_kib(ingestor.proc.pid)
     # About 90 MiB here (the process, Arrow blocks and their IPC copies); 200 MiB with the
     # default 256 MiB bound.
     assert peak_kib < 140 * 1024, f"peak RSS {peak_kib} KiB"
