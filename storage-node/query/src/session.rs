@@ -77,6 +77,7 @@ impl Session {
             );
             ctx.register_udtf("numbers", Arc::new(NumbersFunction));
             crate::exec::aggregate_states::register(&ctx);
+            crate::exec::byte_extremes::register(&ctx);
             ctx.register_udf(datafusion::logical_expr::ScalarUDF::from(crate::exec::operators::IntDiv::default()));
             if let Err(e) = ctx.register_expr_planner(Arc::new(crate::exec::operators::ClickHouseOperators)) {
                 tracing::warn!(error = %e, "cannot register ClickHouse operators");

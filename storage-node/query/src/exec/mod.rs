@@ -1,6 +1,7 @@
 //! DataFusion over the engine: table providers, the catalog, table functions.
 
 pub mod aggregate_states;
+pub mod byte_extremes;
 pub mod catalog;
 pub mod empty_aggregates;
 pub mod operators;
