@@ -269,7 +269,10 @@ mod tests {
     use arrow::array::UInt64Array;
     use datafusion::common::tree_node::TreeNode;
 
-    fn run(keep: Keep, batches: &[(Vec<Option<&str>>, Vec<usize>, Option<Vec<bool>>)], groups: usize) -> ArrayRef {
+    /// A batch given to the accumulator: values, their groups, and the optional filter.
+    type Input<'a> = (Vec<Option<&'a str>>, Vec<usize>, Option<Vec<bool>>);
+
+    fn run(keep: Keep, batches: &[Input], groups: usize) -> ArrayRef {
         let mut acc = ByteExtremesAccumulator::new(keep, DataType::Utf8);
         for (values, group_indices, filter) in batches {
             let array: ArrayRef = Arc::new(values.iter().copied().collect::<StringArray>());
