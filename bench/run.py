@@ -3,8 +3,15 @@ and on ClickHouse 26.9 (chDB), on this machine, in one run. Prints one JSON obje
 (one per step) and a summary table with the ratios; only the ratios mean anything on a noisy
 machine. Every step runs in a fresh process of its own, so that its peak RSS is its own.
 
-    python bench/run.py [--rows 1000000] [--inserts 10]
+The steps that change nothing (the FINAL read and the GROUP BY) run `--repeat` times on each
+side, each time in a fresh process, and report the median: a 25 ms query timed once is
+mostly noise on a shared machine. The engines alternate run by run, so that a slow spell
+hits both.
+
+    python bench/run.py [--rows 1000000] [--inserts 10] [--repeat 5]
 """
+
+import statistics
 
 import argparse
 import json
@@ -57,6 +64,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--inserts", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each read-only step; the median counts")
     args = parser.parse_args()
     rows, inserts = args.rows, args.inserts
 
@@ -65,25 +73,32 @@ def main():
         f"INSERT INTO t SELECT (number * 7919 + {i}) % {rows}, toFloat64(number) / 3, toString(number), {i} "
         f"FROM numbers({rows})"
     )
+    # (name, statements, rows, the statements timed, runs)
     steps = [
-        ("insert", [create, "SYSTEM STOP MERGES t"] + [insert(i) for i in range(inserts)], rows * inserts, slice(2, None)),
-        ("select_final", ["SELECT count(), sum(v) FROM t FINAL"], rows * inserts, slice(0, 1)),
-        ("optimize_final", ["SYSTEM START MERGES t", "OPTIMIZE TABLE t FINAL"], rows * inserts, slice(1, 2)),
-        ("group_by", ["SELECT k % 100 AS b, count(), sum(v), max(s) FROM t GROUP BY b ORDER BY b"], rows, slice(0, 1)),
+        ("insert", [create, "SYSTEM STOP MERGES t"] + [insert(i) for i in range(inserts)], rows * inserts, slice(2, None), 1),
+        ("select_final", ["SELECT count(), sum(v) FROM t FINAL"], rows * inserts, slice(0, 1), args.repeat),
+        ("optimize_final", ["SYSTEM START MERGES t", "OPTIMIZE TABLE t FINAL"], rows * inserts, slice(1, 2), 1),
+        ("group_by", ["SELECT k % 100 AS b, count(), sum(v), max(s) FROM t GROUP BY b ORDER BY b"], rows, slice(0, 1), args.repeat),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         ours_dir, chdb_dir = Path(tmp) / "ours", Path(tmp) / "chdb"
         results = []
-        for name, statements, step_rows, timed in steps:
+        for name, statements, step_rows, timed, runs in steps:
             script = ";\n".join(statements) + ";\n"
-            _, err, ours_rss = peak_rss([str(BIN), "local", "--path", str(ours_dir), "--time"], script)
-            ours_times = [float(l) for l in err.split("\n") if is_float(l.strip())]
-            out, _, chdb_rss = peak_rss([sys.executable, "-c", CHDB_STEP, str(chdb_dir)], script)
-            chdb_times = [float(t) for t in out.split()]
-            ours_s, chdb_s = sum(ours_times[timed]), sum(chdb_times[timed])
+            ours_runs, chdb_runs, ours_rss, chdb_rss = [], [], 0, 0
+            for _ in range(runs):
+                _, err, rss = peak_rss([str(BIN), "local", "--path", str(ours_dir), "--time"], script)
+                ours_times = [float(l) for l in err.split("\n") if is_float(l.strip())]
+                ours_runs.append(sum(ours_times[timed]))
+                ours_rss = max(ours_rss, rss)
+                out, _, rss = peak_rss([sys.executable, "-c", CHDB_STEP, str(chdb_dir)], script)
+                chdb_runs.append(sum(float(t) for t in out.split()[timed]))
+                chdb_rss = max(chdb_rss, rss)
+            ours_s, chdb_s = statistics.median(ours_runs), statistics.median(chdb_runs)
             result = {
                 "step": name,
                 "rows": step_rows,
+                "runs": runs,
                 "mergestream_s": round(ours_s, 3),
                 "clickhouse_s": round(chdb_s, 3),
                 "mergestream_rows_per_s": round(step_rows / ours_s),

@@ -86,6 +86,9 @@ impl Coordinator {
 pub struct IngestService {
     catalog: Arc<Catalog>,
     coordinator: Option<Arc<Coordinator>>,
+    /// Queries run here, not on the runtime serving gRPC: DataFusion decodes and aggregates
+    /// on its runtime's threads, and a long query must not hold up inserts and commits.
+    queries: tokio::runtime::Handle,
 }
 
 fn engine_status(e: EngineError) -> Status {
@@ -125,8 +128,12 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 impl IngestService {
-    pub fn new(catalog: Arc<Catalog>, coordinator: Option<Arc<Coordinator>>) -> IngestService {
-        IngestService { catalog, coordinator }
+    pub fn new(
+        catalog: Arc<Catalog>,
+        coordinator: Option<Arc<Coordinator>>,
+        queries: tokio::runtime::Handle,
+    ) -> IngestService {
+        IngestService { catalog, coordinator, queries }
     }
 
     fn table(&self, name: &str) -> Result<Arc<Table>, Status> {
@@ -323,10 +330,15 @@ impl Ingest for IngestService {
         let format = OutputFormat::parse(if request.format.is_empty() { "TSV" } else { &request.format })
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let mut session = Session::new(self.catalog.clone(), format);
-        let mut output = String::new();
-        session
-            .run_script(&request.sql, |_, text, _| output = text.to_string())
+        let run = async move {
+            let mut output = String::new();
+            session.run_script(&request.sql, |_, text, _| output = text.to_string()).await.map(|()| output)
+        };
+        let output = self
+            .queries
+            .spawn(run)
             .await
+            .map_err(|e| Status::internal(format!("query task failed: {e}")))?
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(Response::new(QueryReply { output }))
     }

@@ -161,11 +161,17 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    runtime.block_on(async move {
+    let queries = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("query")
+        .enable_all()
+        .build()
+        .context("cannot start the query runtime")?;
+    let query_handle = queries.handle().clone();
+    let served = runtime.block_on(async move {
         let coordinator = args.coordinator.map(|hosts| {
             Arc::new(ingest::Coordinator::new(hosts, std::time::Duration::from_millis(args.session_timeout_ms)))
         });
-        let service = ingest::IngestService::new(catalog, coordinator);
+        let service = ingest::IngestService::new(catalog, coordinator, query_handle);
         service.recover().await.context("cannot resolve the prepared inserts left by the last run")?;
         let listener = tokio::net::TcpListener::bind(args.grpc_addr)
             .await
@@ -186,7 +192,10 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
             .await
             .context("the gRPC server failed")
-    })
+    });
+    // Outside the server's runtime: a runtime cannot be dropped from within another one.
+    drop(queries);
+    served
 }
 
 fn run_client(args: ClientArgs) -> anyhow::Result<()> {

@@ -7,7 +7,7 @@ use tracing::{debug, info};
 use super::Table;
 use crate::error::{EngineError, Result};
 use crate::merge::select::{merge_pressure, PartSize};
-use crate::merge::{build_algorithm, AlgorithmOptions, SortedMerge, SortedStream, MERGE_BLOCK_ROWS};
+use crate::merge::{build_algorithm, decode_ahead, AlgorithmOptions, SortedMerge, SortedStream, MERGE_BLOCK_ROWS};
 use crate::part::{name::PartName, DataPart, PartWriter};
 use crate::schema::EngineKind;
 
@@ -119,13 +119,11 @@ impl Table {
             level: parts.iter().map(|p| p.name.level).max().unwrap_or(0) + 1,
         };
         debug!(table = %self.def.name, part = %name, sources = parts.len(), "merging parts");
-        let sources = parts
+        let streams = parts
             .iter()
-            .map(|p| {
-                let stream = Box::new(p.reader()?.batch_size(MERGE_BLOCK_ROWS).build()?) as SortedStream;
-                Ok((stream, p.name.level > 0))
-            })
+            .map(|p| Ok(Box::new(p.reader()?.batch_size(MERGE_BLOCK_ROWS).build()?) as SortedStream))
             .collect::<Result<Vec<_>>>()?;
+        let sources = decode_ahead(streams).into_iter().zip(parts.iter().map(|p| p.name.level > 0)).collect();
         let algorithm = build_algorithm(&self.def, &self.schema, options)?;
         let merge = SortedMerge::new(self.schema.clone(), self.key_columns.clone(), sources, algorithm)?;
         let writer = PartWriter::create(

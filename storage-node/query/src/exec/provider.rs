@@ -16,6 +16,7 @@ use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator, TableProvide
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
+use mergestream_engine::merge::SortedStream;
 use mergestream_engine::table::{FinalTask, KeyBound, KeyRange, ScanTask};
 use mergestream_engine::{ReadOptions, Table};
 
@@ -223,8 +224,17 @@ enum Read {
     Nothing,
 }
 
-/// One partition of a scan: the engine's read, run on a blocking thread. A partition is
-/// executed once; the read is taken out of it then.
+impl Read {
+    fn into_stream(self) -> mergestream_engine::Result<SortedStream> {
+        match self {
+            Read::Final(task) => Ok(task.into_stream()),
+            Read::Scan(task) => task.into_stream(),
+            Read::Nothing => Ok(Box::new(std::iter::empty())),
+        }
+    }
+}
+
+/// One partition of a scan. A partition is executed once; the read is taken out of it then.
 struct EnginePartition {
     read: Mutex<Option<Read>>,
     schema: SchemaRef,
@@ -246,39 +256,22 @@ impl PartitionStream for EnginePartition {
         &self.schema
     }
 
+    /// The engine's read is decoded (and, for FINAL, merged) as the stream is polled, on the
+    /// query runtime's thread, as DataFusion's own Parquet scan does: a batch is aggregated by
+    /// the thread that decoded it while it is still in cache. Queries run on a runtime of
+    /// their own (see the storage node's main), so this CPU work holds up no I/O task. A
+    /// blocking thread per partition handing batches over a channel measured 1-3 ms slower
+    /// on a 25 ms GROUP BY over a million rows.
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let (sender, receiver) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
         let read = self.read.lock().ok().and_then(|mut r| r.take());
-        // Decoding and merging are CPU work: they run off the async runtime.
-        tokio::task::spawn_blocking(move || {
-            let streams = match read {
-                Some(Read::Final(task)) => Ok(vec![task.into_stream()]),
-                Some(Read::Scan(task)) => task.into_stream().map(|s| vec![s]),
-                Some(Read::Nothing) => Ok(vec![]),
-                None => {
-                    let error = DataFusionError::Execution("a table partition was executed twice".into());
-                    let _ = sender.blocking_send(Err(error));
-                    return;
-                }
-            };
-            let streams = match streams {
-                Ok(streams) => streams,
-                Err(e) => {
-                    let _ = sender.blocking_send(Err(external(e)));
-                    return;
-                }
-            };
-            for stream in streams {
-                for batch in stream {
-                    if sender.blocking_send(batch.map_err(external)).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        let stream = futures::stream::unfold(receiver, |mut receiver| async move {
-            receiver.recv().await.map(|item| (item, receiver))
-        });
+        let batches: Box<dyn Iterator<Item = DfResult<RecordBatch>> + Send> = match read.map(Read::into_stream) {
+            Some(Ok(stream)) => Box::new(stream.map(|batch| batch.map_err(external))),
+            Some(Err(e)) => Box::new(std::iter::once(Err(external(e)))),
+            None => Box::new(std::iter::once(Err(DataFusionError::Execution(
+                "a table partition was executed twice".into(),
+            )))),
+        };
+        let stream = futures::stream::iter(batches);
         Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
     }
 }
