@@ -100,3 +100,73 @@ impl Iterator for Prefetched {
         Some(batch)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{AsArray, UInt64Array};
+    use arrow::datatypes::UInt64Type;
+
+    use super::*;
+    use crate::error::EngineError;
+
+    fn batch(values: std::ops::Range<u64>) -> Result<RecordBatch> {
+        let column = Arc::new(UInt64Array::from_iter_values(values));
+        Ok(RecordBatch::try_from_iter([("k", column as arrow::array::ArrayRef)])?)
+    }
+
+    fn values(stream: SortedStream) -> Vec<std::result::Result<Vec<u64>, String>> {
+        stream
+            .map(|b| b.map(|b| b.column(0).as_primitive::<UInt64Type>().values().to_vec()).map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn every_source_yields_its_own_batches_in_order() {
+        let sources: Vec<SortedStream> = (0..3u64)
+            .map(|s| Box::new((0..5).map(move |i| batch(s * 100 + i * 10..s * 100 + i * 10 + 3))) as SortedStream)
+            .collect();
+        let mut streams = decode_ahead(sources);
+        // Read the last source first: the others wait, two batches ahead, for their reader.
+        let last = values(streams.pop().expect("three"));
+        assert_eq!(last.len(), 5);
+        assert_eq!(last[4], Ok(vec![240, 241, 242]));
+        for (s, stream) in streams.into_iter().enumerate() {
+            let expected: Vec<_> =
+                (0..5u64).map(|i| Ok((0..3).map(|j| s as u64 * 100 + i * 10 + j).collect())).collect();
+            assert_eq!(values(stream), expected);
+        }
+    }
+
+    #[test]
+    fn an_error_ends_its_source_only() {
+        let failing: SortedStream = Box::new(
+            vec![batch(0..2), Err(EngineError::BadTableDefinition("broken page".into())), batch(5..6)].into_iter(),
+        );
+        let fine: SortedStream = Box::new(vec![batch(10..12), batch(12..13)].into_iter());
+        let mut streams = decode_ahead(vec![failing, fine]).into_iter();
+        let failing = values(streams.next().expect("first"));
+        assert_eq!(failing, vec![Ok(vec![0, 1]), Err("broken page".to_string())]);
+        assert_eq!(values(streams.next().expect("second")), vec![Ok(vec![10, 11]), Ok(vec![12])]);
+    }
+
+    #[test]
+    fn a_merge_that_stops_early_releases_its_sources() {
+        // Each source holds a sender; once both are dropped the receiver sees the channel closed.
+        let (alive, released) = std::sync::mpsc::channel::<()>();
+        let endless = |alive: Sender<()>| {
+            Box::new((0..).map(move |i| {
+                let _ = &alive;
+                batch(i..i + 1)
+            })) as SortedStream
+        };
+        let mut streams = decode_ahead(vec![endless(alive.clone()), endless(alive)]);
+        let first: Vec<_> = streams[0].as_mut().take(3).collect();
+        assert_eq!(first.len(), 3);
+        drop(streams);
+        // The decode thread drops the sources once no stream is left to ask for batches.
+        let closed = released.recv_timeout(std::time::Duration::from_secs(30));
+        assert_eq!(closed, Err(std::sync::mpsc::RecvTimeoutError::Disconnected));
+    }
+}
