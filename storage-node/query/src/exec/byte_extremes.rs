@@ -163,8 +163,10 @@ impl ByteExtremesAccumulator {
             }
         }
     }
+}
 
-    fn update(
+impl GroupsAccumulator for ByteExtremesAccumulator {
+    fn update_batch(
         &mut self,
         values: &[ArrayRef],
         group_indices: &[usize],
@@ -201,18 +203,6 @@ impl ByteExtremesAccumulator {
         }
         Ok(())
     }
-}
-
-impl GroupsAccumulator for ByteExtremesAccumulator {
-    fn update_batch(
-        &mut self,
-        values: &[ArrayRef],
-        group_indices: &[usize],
-        opt_filter: Option<&BooleanArray>,
-        total_num_groups: usize,
-    ) -> DfResult<()> {
-        self.update(values, group_indices, opt_filter, total_num_groups)
-    }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> DfResult<ArrayRef> {
         let emitted = emit_to.take_needed(&mut self.extremes);
@@ -236,7 +226,8 @@ impl GroupsAccumulator for ByteExtremesAccumulator {
     }
 
     fn merge_batch(&mut self, values: &[ArrayRef], group_indices: &[usize], total_num_groups: usize) -> DfResult<()> {
-        self.update(values, group_indices, None, total_num_groups)
+        // A state is the value itself, so merging states is updating with them.
+        self.update_batch(values, group_indices, None, total_num_groups)
     }
 
     /// A row's state is its value, or NULL where the filter leaves the row out.
