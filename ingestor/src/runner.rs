@@ -22,7 +22,7 @@ use mergestream_proto::ingest::OffsetCommit;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use crate::decode::{DecodeError, MessageMeta, PayloadDecoder, Projection, RowDecoder, Rows};
+use crate::decode::{DecodeError, Document, MessageMeta, PayloadDecoder, Projection, RowDecoder, Rows};
 use crate::error::IngestError;
 use crate::ownership::{Ownership, Position};
 use crate::pipeline::{ErrorMode, Pipeline};
@@ -214,8 +214,9 @@ impl<S: Source> Runner<S> {
                 batch = self.source.next_batch() => match batch {
                     Ok(batch) => {
                         self.last_batch = Instant::now();
+                        let mut document = Document::default();
                         for i in 0..batch.len() {
-                            self.on_message(&batch, i).await?;
+                            self.on_message(&batch, i, &mut document).await?;
                         }
                     }
                     Err(e) => warn!(error = %e, "source error"),
@@ -246,7 +247,14 @@ impl<S: Source> Runner<S> {
         Ok(())
     }
 
-    async fn on_message(&mut self, batch: &Batch, i: usize) -> Result<(), IngestError> {
+    /// Decodes message `i` of `batch` (into `document`, which the messages of a batch share)
+    /// into the buffers of its partition.
+    async fn on_message<'b>(
+        &mut self,
+        batch: &'b Batch,
+        i: usize,
+        document: &mut Document<'b>,
+    ) -> Result<(), IngestError> {
         let m = batch.get(i);
         let key = m.partition;
         let Some(owned) = self.owned.get_mut(key) else { return Ok(()) };
@@ -257,7 +265,7 @@ impl<S: Source> Runner<S> {
         owned.fetch_next = position + 1;
         self.messages_in.increment(1);
         self.bytes_in.increment(m.payload.len() as u64);
-        let mut document = self.payloads.decode(m.payload).await?;
+        let parsed = self.payloads.decode(m.payload, document).await?;
         let meta = MessageMeta {
             topic: m.topic,
             partition: key.1,
@@ -274,8 +282,8 @@ impl<S: Source> Runner<S> {
                 continue; // already in this table
             }
             let buffer = tp.buffer.get_or_insert_with(|| Buffer::new(position, sink.decoder.rows()));
-            let decoded = match &mut document {
-                Ok(doc) => sink.decoder.decode(doc, &meta, &mut buffer.rows),
+            let decoded = match &parsed {
+                Ok(()) => sink.decoder.decode(document, &meta, &mut buffer.rows),
                 Err(e) => Err(e.clone()),
             };
             if let (Err(e), ErrorMode::Fail) = (&decoded, &self.pipeline.errors.mode) {

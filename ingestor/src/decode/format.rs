@@ -58,15 +58,19 @@ impl PayloadDecoder {
         &self.projection
     }
 
-    /// The payload's fields; the inner error is a bad message, the outer one a schema
-    /// registry that cannot be reached.
-    pub async fn decode<'a>(&mut self, payload: &'a [u8]) -> Result<Result<Document<'a>, DecodeError>, IngestError> {
+    /// The payload's fields, into `document`; the inner error is a bad message, the outer one
+    /// a schema registry that cannot be reached.
+    pub async fn decode<'a>(
+        &mut self,
+        payload: &'a [u8],
+        document: &mut Document<'a>,
+    ) -> Result<Result<(), DecodeError>, IngestError> {
         let decoded = match &mut self.format {
-            PayloadFormat::Json => return Ok(self.projection.parse_json(payload)),
+            PayloadFormat::Json => return Ok(self.projection.parse_json_into(payload, document)),
             PayloadFormat::Avro(schema) => schema.decode(payload).map_err(DecodeError::BadAvro),
             PayloadFormat::Confluent(confluent) => confluent.decode(payload).await?,
         };
-        Ok(decoded.and_then(|value| self.projection.project(value)))
+        Ok(decoded.and_then(|value| self.projection.project_into(value, document)))
     }
 }
 

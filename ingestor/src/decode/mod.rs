@@ -181,6 +181,7 @@ impl RowDecoder {
         Ok(())
     }
 
+    #[inline(always)]
     fn cell<'a>(
         &self,
         i: usize,
