@@ -20,12 +20,13 @@ use bytes::Bytes;
 use coordinator_client::EphemeralLock;
 use mergestream_proto::ingest::OffsetCommit;
 use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
 use tracing::{debug, info, warn};
 
 use crate::decode::{DecodeError, Document, MessageMeta, PayloadDecoder, Projection, RowDecoder, Rows};
 use crate::error::IngestError;
 use crate::ownership::{Ownership, Position};
-use crate::pipeline::{ErrorMode, Pipeline};
+use crate::pipeline::{BatchLimits, ErrorMode, Pipeline};
 use crate::sink::{Committed, StorageNode};
 use crate::source::{Batch, DeadLetter, PartitionKey, Source, BEGINNING};
 
@@ -171,21 +172,39 @@ fn buffer_bound(max_in_flight_bytes: u64) -> usize {
     (max_in_flight_bytes - max_in_flight_bytes / 4) as usize
 }
 
+/// How often buffers are held against `max_ms` and `idle_ms`: a fifth of the shorter of the
+/// two, between 5 and 50 ms, so that a block goes at most a fifth of its limit late.
+fn flush_check_period(limits: &BatchLimits) -> Duration {
+    let shortest = limits.idle_ms.map_or(limits.max_ms, |idle| idle.min(limits.max_ms));
+    Duration::from_millis((shortest / 5).clamp(5, 50))
+}
+
 impl<S: Source> Runner<S> {
-    pub async fn start(pipeline: Pipeline, source: S, options: RunOptions) -> Result<Runner<S>, IngestError> {
+    pub async fn start(pipeline: Pipeline, mut source: S, options: RunOptions) -> Result<Runner<S>, IngestError> {
         let payloads = PayloadDecoder::new(&pipeline.format, Projection::new(&pipeline.tables))?;
-        let storage = StorageNode::connect(&options.storage_node, Duration::from_secs(60)).await?;
-        let mut tables = Vec::new();
-        for target in &pipeline.tables {
-            let schema = storage.create_table(&target.ddl).await?;
-            let decoder = RowDecoder::new(target, payloads.projection())
-                .map_err(|message| IngestError::Table { table: target.name.clone(), message })?;
-            tables.push(Arc::new(TableSink { name: target.name.clone(), decoder, schema }));
-        }
-        let ownership =
-            Ownership::connect(&options.coordinator, options.session_timeout, &pipeline.name, &options.instance)
-                .await?;
-        ownership.register().await?;
+        // Three independent round trips of tens of milliseconds each (a new table's files
+        // synced, a coordinator session, the broker's metadata through librdkafka's first
+        // connections), made at once: they were half of a start.
+        let tables_created = async {
+            let storage = StorageNode::connect(&options.storage_node, Duration::from_secs(60)).await?;
+            let mut tables = Vec::new();
+            for target in &pipeline.tables {
+                let schema = storage.create_table(&target.ddl).await?;
+                let decoder = RowDecoder::new(target, payloads.projection())
+                    .map_err(|message| IngestError::Table { table: target.name.clone(), message })?;
+                tables.push(Arc::new(TableSink { name: target.name.clone(), decoder, schema }));
+            }
+            Ok::<_, IngestError>((storage, tables))
+        };
+        let registered = async {
+            let ownership =
+                Ownership::connect(&options.coordinator, options.session_timeout, &pipeline.name, &options.instance)
+                    .await?;
+            ownership.register().await?;
+            Ok::<_, IngestError>(ownership)
+        };
+        let ((storage, tables), ownership, partitions) =
+            tokio::try_join!(tables_created, registered, source.partitions())?;
         Ok(Runner {
             pipeline,
             options,
@@ -194,7 +213,7 @@ impl<S: Source> Runner<S> {
             storage,
             ownership,
             tables,
-            partitions: Vec::new(),
+            partitions,
             owned: BTreeMap::new(),
             inserts: JoinSet::new(),
             in_flight_bytes: 0,
@@ -208,10 +227,12 @@ impl<S: Source> Runner<S> {
     /// Consumes until `shutdown` resolves, then flushes and commits everything buffered.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), IngestError> {
         tokio::pin!(shutdown);
-        let mut flush_tick = tokio::time::interval(Duration::from_millis(50));
+        let mut flush_tick = tokio::time::interval(flush_check_period(&self.pipeline.batch));
+        flush_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut ownership_tick = tokio::time::interval(Duration::from_millis(1000));
         let mut lag_tick = tokio::time::interval(Duration::from_secs(5));
-        let mut rounds = 0u64;
+        // Round 0 would read the partitions again: `start` just did.
+        let mut rounds = 1u64;
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -633,5 +654,23 @@ impl<S: Source> Runner<S> {
             metrics::gauge!("mergestream_ingestor_consumer_lag", "topic" => topic, "partition" => partition.to_string())
                 .set((end - next).max(0) as f64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_checked_five_times_per_shortest_limit() {
+        let limits = |max_ms, idle_ms| BatchLimits { max_ms, idle_ms, ..BatchLimits::default() };
+        assert_eq!(flush_check_period(&limits(1000, None)), Duration::from_millis(50));
+        assert_eq!(flush_check_period(&limits(1000, Some(100))), Duration::from_millis(20));
+        assert_eq!(flush_check_period(&limits(60, Some(500))), Duration::from_millis(12));
+        assert_eq!(
+            flush_check_period(&limits(1000, Some(10))),
+            Duration::from_millis(5),
+            "at most 200 checks a second"
+        );
     }
 }

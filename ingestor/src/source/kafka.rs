@@ -27,7 +27,8 @@ use crate::pipeline::KafkaSource;
 /// Messages per batch the poll thread sends, and batches the channel holds.
 const BATCH: usize = 1024;
 const BATCHES_IN_FLIGHT: usize = 16;
-/// How long one poll waits for a message: the poll thread's reaction time to an assignment.
+/// How long one poll waits for a message: the poll thread's reaction time to a change of
+/// assignment (a first assignment is taken at once).
 const POLL_WAIT: Duration = Duration::from_millis(50);
 /// How long a batch may wait to fill after its first message. librdkafka's queue runs empty
 /// for a moment between fetched message sets; shipping a batch at each of those moments made
@@ -132,20 +133,35 @@ fn incoming<'a>(m: &'a BorrowedMessage<'_>) -> Incoming<'a> {
 /// dropped.
 fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, out: channel::Sender<Polled>) {
     let mut generation = 0;
+    let mut assigned = 0;
     let mut batch_bytes = FIRST_BATCH_BYTES;
     loop {
+        // With nothing assigned there is nothing to poll for, and a poll cannot be woken: the
+        // first assignment waited for the end of one (up to POLL_WAIT) at every start.
+        let mut next = if assigned == 0 {
+            match assignments.recv_timeout(POLL_WAIT) {
+                Ok(assign) => Some(assign),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        } else {
+            None
+        };
         loop {
-            match assignments.try_recv() {
-                Ok(Assign { partitions, done }) => {
-                    let result = consumer.assign(&partitions).map(|()| {
-                        generation += 1;
-                        generation
-                    });
-                    let _ = done.send(result);
-                }
+            let Assign { partitions, done } = match next.take().map_or_else(|| assignments.try_recv(), Ok) {
+                Ok(assign) => assign,
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => return,
-            }
+            };
+            let result = consumer.assign(&partitions).map(|()| {
+                generation += 1;
+                assigned = partitions.count();
+                generation
+            });
+            let _ = done.send(result);
+        }
+        if assigned == 0 {
+            continue;
         }
         let mut batch = BatchBuilder::with_capacity(batch_bytes);
         let mut failed = None;
