@@ -343,13 +343,12 @@ impl<S: Source> Runner<S> {
                 full.push(t);
             }
         }
-        let key = key.clone();
         if let Some(reason) = failed {
             // Everything before the bad message goes in; the pipeline stops at it.
             for t in 0..self.tables.len() {
-                self.wait_for_insert(&key, t).await?;
-                self.flush(&key, t).await?;
-                self.wait_for_insert(&key, t).await?;
+                self.wait_for_insert(key, t).await?;
+                self.flush(key, t).await?;
+                self.wait_for_insert(key, t).await?;
             }
             return Err(IngestError::BadMessage {
                 topic: key.0.to_string(),
@@ -360,8 +359,8 @@ impl<S: Source> Runner<S> {
         }
         for t in full {
             // A full buffer waits for the block before it: one insert per table and partition.
-            self.wait_for_insert(&key, t).await?;
-            self.flush(&key, t).await?;
+            self.wait_for_insert(key, t).await?;
+            self.flush(key, t).await?;
         }
         while self.in_flight_bytes > buffer_bound(self.pipeline.max_in_flight_bytes) {
             if !self.flush_largest().await? && !self.finish_an_insert().await? {
