@@ -64,6 +64,27 @@ def test_messages_land_once_and_sigterm_commits_the_offsets(tmp_path, broker, ke
     assert broker.committed("mergestream-orders", topic, PARTITIONS) == {p: 525 for p in range(PARTITIONS)}
 
 
+def test_header_and_topic_columns(tmp_path, broker, keeper, storage, topic):
+    """Headers are read only when a column maps one; this pipeline does, so every message's
+    header value (or NULL without it) and its topic reach the table."""
+    broker.create_topic(topic, PARTITIONS)
+    sent = [(i % PARTITIONS, f"k{i}".encode(), json.dumps({"id": i, "payload": {"v": i}}).encode(),
+             [("trace", f"t{i}".encode()), ("other", b"x")] if i % 2 == 0 else None) for i in range(200)]
+    broker.produce(topic, sent)
+    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, "headers",
+                              extra_columns=", trace Nullable(String), t String")
+    text = pipeline.read_text().replace("      o: { offset: true }\n",
+                                        "      o: { offset: true }\n      trace: { header: trace }\n"
+                                        "      t: { topic: true }\n")
+    pipeline.write_text(text)
+    ingestor = Ingestor(tmp_path, pipeline, storage, keeper.hosts).start()
+    wait_for_rows(storage, "headers", 200)
+    rows = storage.query("SELECT id, trace, t FROM headers WHERE id IN (0, 1, 198) ORDER BY id").splitlines()
+    assert rows == [f"0\tt0\t{topic}", f"1\t\\N\t{topic}", f"198\tt198\t{topic}"]
+    assert storage.query("SELECT count() FROM headers WHERE trace IS NOT NULL").strip() == "100"
+    assert ingestor.terminate() == 0, ingestor.output()
+
+
 def test_sigterm_flushes_what_is_buffered(tmp_path, broker, keeper, storage, topic):
     broker.create_topic(topic, PARTITIONS)
     pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, "slow", batch="{ max_rows: 100000, max_ms: 600000 }")

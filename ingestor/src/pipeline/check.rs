@@ -685,6 +685,9 @@ errors: { mode: dead_letter, dead_letter_topic: orders-bad, max_error_rate: 0.5 
         let idle = Pipeline::parse(&GOOD.replace("max_ms: 200 }", "max_ms: 200, idle_ms: 50 }"), Path::new("."));
         assert_eq!(idle.expect("valid").batch.idle_ms, Some(50));
         assert_eq!(p.errors.mode, ErrorMode::DeadLetter { topic: "orders-bad".into() });
+        assert!(!p.reads_headers(), "no column maps a header");
+        let with_header = GOOD.replace("who: { key: true }", "who: { header: trace }");
+        assert!(Pipeline::parse(&with_header, Path::new(".")).expect("valid").reads_headers());
     }
 
     #[test]

@@ -206,4 +206,9 @@ impl Pipeline {
     pub fn table(&self, name: &str) -> Option<&TableTarget> {
         self.tables.iter().find(|t| t.name == name)
     }
+
+    /// Whether a column is mapped from a message header: only then are headers read.
+    pub fn reads_headers(&self) -> bool {
+        self.tables.iter().flat_map(|t| &t.columns).any(|m| matches!(m.source, ValueSource::Header(_)))
+    }
 }

@@ -112,13 +112,24 @@ fn client_config(source: &KafkaSource) -> ClientConfig {
 /// than the largest batch so far took.
 const FIRST_BATCH_BYTES: usize = 64 << 10;
 
-fn incoming<'a>(m: &'a BorrowedMessage<'_>) -> Incoming<'a> {
-    let headers = m
-        .headers()
-        .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
-        .unwrap_or_default();
+/// The parts of a message the poll thread reads beyond its payload, key, position and time.
+struct Reading {
+    /// The topic when the source has only one: librdkafka hands a message's topic as a C
+    /// string, measured and checked as UTF-8 at each call.
+    only_topic: Option<String>,
+    /// Whether any column is mapped from a header. librdkafka parses a message's headers at
+    /// the first call, into buffers allocated and freed for each message, even when it has
+    /// none: that was a quarter of the poll thread's time.
+    headers: bool,
+}
+
+fn incoming<'a>(m: &'a BorrowedMessage<'_>, reading: &'a Reading) -> Incoming<'a> {
+    let headers = match reading.headers.then(|| m.headers()).flatten() {
+        Some(h) => h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect(),
+        None => Vec::new(),
+    };
     Incoming {
-        topic: m.topic(),
+        topic: reading.only_topic.as_deref().unwrap_or_else(|| m.topic()),
         partition: m.partition(),
         position: m.offset(),
         timestamp_ms: m.timestamp().to_millis(),
@@ -131,7 +142,12 @@ fn incoming<'a>(m: &'a BorrowedMessage<'_>) -> Incoming<'a> {
 
 /// The poll thread: assignments between polls, messages out in batches, until the source is
 /// dropped.
-fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, out: channel::Sender<Polled>) {
+fn poll_loop(
+    consumer: Arc<BaseConsumer>,
+    reading: Reading,
+    assignments: mpsc::Receiver<Assign>,
+    out: channel::Sender<Polled>,
+) {
     let mut generation = 0;
     let mut assigned = 0;
     let mut batch_bytes = FIRST_BATCH_BYTES;
@@ -186,7 +202,7 @@ fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, o
                 }
             };
             match polled {
-                Ok(m) => batch.push(incoming(&m)),
+                Ok(m) => batch.push(incoming(&m, &reading)),
                 Err(e) => {
                     failed = Some(e);
                     break;
@@ -208,16 +224,24 @@ fn poll_loop(consumer: Arc<BaseConsumer>, assignments: mpsc::Receiver<Assign>, o
 
 impl Kafka {
     /// A consumer of the source's topics; `max_in_flight_bytes` is the pipeline's memory bound,
-    /// a quarter of which librdkafka's prefetch queue may take.
-    pub fn new(source: &KafkaSource, max_in_flight_bytes: u64) -> Result<Kafka, IngestError> {
+    /// a quarter of which librdkafka's prefetch queue may take. Message headers are read only
+    /// `with_headers`.
+    pub fn new(source: &KafkaSource, max_in_flight_bytes: u64, with_headers: bool) -> Result<Kafka, IngestError> {
         let consumer: BaseConsumer = consumer_config(source, max_in_flight_bytes).create()?;
         let consumer = Arc::new(consumer);
         let (assignments, assignments_rx) = mpsc::channel();
         let (out, batches) = channel::channel(BATCHES_IN_FLIGHT);
         let polled = consumer.clone();
+        let reading = Reading {
+            only_topic: match &source.topics[..] {
+                [topic] => Some(topic.clone()),
+                _ => None,
+            },
+            headers: with_headers,
+        };
         std::thread::Builder::new()
             .name("kafka-poll".into())
-            .spawn(move || poll_loop(polled, assignments_rx, out))
+            .spawn(move || poll_loop(polled, reading, assignments_rx, out))
             .map_err(|e| IngestError::Task(format!("cannot start the Kafka poll thread: {e}")))?;
         Ok(Kafka {
             topics: source.topics.clone(),
@@ -354,7 +378,7 @@ mod tests {
     }
 
     fn with(properties: &[(&str, &str)]) -> Result<Kafka, IngestError> {
-        Kafka::new(&source(properties), 256 << 20)
+        Kafka::new(&source(properties), 256 << 20, true)
     }
 
     #[test]
