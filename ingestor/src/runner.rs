@@ -172,7 +172,7 @@ fn buffer_bound(max_in_flight_bytes: u64) -> usize {
     (max_in_flight_bytes - max_in_flight_bytes / 4) as usize
 }
 
-/// How often buffers are held against `max_ms` and `idle_ms`: a fifth of the shorter of the
+/// How often buffers are checked against `max_ms` and `idle_ms`: a fifth of the shorter of the
 /// two, between 5 and 50 ms, so that a block goes at most a fifth of its limit late.
 fn flush_check_period(limits: &BatchLimits) -> Duration {
     let shortest = limits.idle_ms.map_or(limits.max_ms, |idle| idle.min(limits.max_ms));
