@@ -2,10 +2,13 @@
 and the Confluent wire format with schema ids from the pipeline file or a schema registry.
 The messages are encoded by fastavro, an implementation independent of ours."""
 
+import base64
 import http.server
 import io
 import json
+import ssl
 import struct
+import subprocess
 import threading
 from decimal import Decimal
 from pathlib import Path
@@ -147,12 +150,22 @@ class SchemaRegistry:
     installed from this machine's package sources, so the test serves the one endpoint the
     ingestor reads, with the registry's answers for a known and an unknown id."""
 
-    def __init__(self, schemas):
+    def __init__(self, schemas, tls=None, credentials=None):
+        """`tls`: (certificate file, key file) to serve https; `credentials`: "user:password"
+        that every request must carry (HTTP basic authentication), as Confluent's does."""
         self.requests = []
         registry = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                if credentials is not None:
+                    expected = "Basic " + base64.b64encode(credentials.encode()).decode()
+                    if self.headers.get("Authorization") != expected:
+                        registry.requests.append(("unauthorized", self.path))
+                        self.send_response(401)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
                 registry.requests.append(self.path)
                 prefix = "/schemas/ids/"
                 schema = schemas.get(int(self.path[len(prefix):])) if self.path.startswith(prefix) else None
@@ -171,8 +184,14 @@ class SchemaRegistry:
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
 
     def close(self):
         self.server.shutdown()
@@ -197,5 +216,50 @@ def test_confluent_framing_with_schemas_from_a_registry(tmp_path, broker, keeper
         # Each id is asked for once: known schemas and unknown ids are both remembered.
         assert sorted(registry.requests) == ["/schemas/ids/7", "/schemas/ids/8"]
         assert ingestor.terminate() == 0, ingestor.output()
+    finally:
+        registry.close()
+
+
+def make_certificates(directory):
+    """A private CA and a certificate it signs for 127.0.0.1, made with the openssl CLI."""
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=mergestream test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+            "-subj", "/CN=127.0.0.1")
+    (directory / "server.ext").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                                          "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "server.pem", "-days", "2", "-extfile", "server.ext")
+    return directory / "ca.pem", (directory / "server.pem", directory / "server.key")
+
+
+def test_an_https_registry_with_a_private_ca_and_basic_auth(tmp_path, broker, keeper, storage, topic):
+    ca, server_tls = make_certificates(tmp_path)
+    registry = SchemaRegistry({7: json.loads(ORDERS_AVSC.read_text())}, tls=server_tls, credentials="ann:s3cret")
+    try:
+        schema = fastavro.parse_schema(json.loads(ORDERS_AVSC.read_text()))
+        broker.create_topic(topic, 1)
+        broker.create_topic(f"{topic}-dlq", 1)
+        broker.produce(topic, [(0, None, confluent(7, schema, order(i)), None) for i in range(100)])
+        fmt = (f"  avro-confluent: {{ registry_url: {registry.url}, registry_ca_file: {ca},"
+               f" registry_basic_auth: 'ann:s3cret' }}")
+        path = tmp_path / "p.yaml"
+        path.write_text(pipeline_text(broker, topic, "tls_orders", fmt, f"{topic}-dlq"))
+        ingestor = Ingestor(tmp_path, path, storage, keeper.hosts).start()
+        check_table(storage, "tls_orders", 100)
+        assert registry.requests == ["/schemas/ids/7"], "one authenticated lookup over TLS"
+        assert ingestor.terminate() == 0, ingestor.output()
+
+        # The system's CAs do not know the private one: the registry cannot be asked, and the
+        # ingestor stops rather than dead-letter messages whose schema it could not get.
+        untrusted = tmp_path / "untrusted.yaml"
+        untrusted.write_text(pipeline_text(broker, topic, "tls_untrusted", fmt.replace(f" registry_ca_file: {ca},", ""),
+                                           f"{topic}-dlq"))
+        failing = Ingestor(tmp_path, untrusted, storage, keeper.hosts, name="untrusted").start()
+        assert failing.wait(120) != 0
+        assert "certificate" in failing.output().lower(), failing.output()
+        assert registry.requests == ["/schemas/ids/7"], "no request got through without trust"
     finally:
         registry.close()

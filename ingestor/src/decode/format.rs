@@ -41,13 +41,15 @@ impl PayloadDecoder {
         let format = match format {
             Format::Json => PayloadFormat::Json,
             Format::Avro { schema } => PayloadFormat::Avro(schema.clone()),
-            Format::AvroConfluent { registry_url, schemas } => {
+            Format::AvroConfluent { registry, schemas } => {
                 let known = schemas.iter().map(|(id, schema)| (*id, Ok(schema.clone()))).collect();
-                let registry = registry_url
-                    .as_deref()
-                    .map(Registry::new)
-                    .transpose()
-                    .map_err(|message| IngestError::SchemaRegistry { url: String::new(), message })?;
+                let registry = registry
+                    .as_ref()
+                    .map(|config| {
+                        Registry::new(config)
+                            .map_err(|message| IngestError::SchemaRegistry { url: config.url.clone(), message })
+                    })
+                    .transpose()?;
                 PayloadFormat::Confluent(Box::new(Confluent { schemas: known, registry }))
             }
         };

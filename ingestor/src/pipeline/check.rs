@@ -305,9 +305,30 @@ impl<'a> Checker<'a> {
             }
             _ => {
                 let n = f.entries["avro-confluent"].1;
-                let a = self.fields(n, "format.avro-confluent", &["registry_url", "schemas"], &[])?;
-                let registry_url =
-                    a.get("registry_url").and_then(|u| self.string(u, "format.avro-confluent.registry_url"));
+                let a = self.fields(
+                    n,
+                    "format.avro-confluent",
+                    &["registry_url", "registry_ca_file", "registry_basic_auth", "schemas"],
+                    &[],
+                )?;
+                let registry = a.get("registry_url").and_then(|url_node| {
+                    let url = self.string(url_node, "format.avro-confluent.registry_url")?;
+                    let ca_file = a
+                        .get("registry_ca_file")
+                        .and_then(|f| self.string(f, "format.avro-confluent.registry_ca_file"))
+                        .map(|f| self.base.join(f));
+                    let basic_auth = a
+                        .get("registry_basic_auth")
+                        .and_then(|c| self.string(c, "format.avro-confluent.registry_basic_auth"));
+                    let config = RegistryConfig { url, ca_file, basic_auth };
+                    match crate::decode::registry::Registry::new(&config) {
+                        Ok(_) => Some(config),
+                        Err(e) => {
+                            self.problem(url_node.at, format!("format.avro-confluent.registry_url: {e}"));
+                            None
+                        }
+                    }
+                });
                 let mut schemas = BTreeMap::new();
                 if let Some(map) = a.get("schemas") {
                     match &map.value {
@@ -328,14 +349,17 @@ impl<'a> Checker<'a> {
                         ),
                     }
                 }
-                if registry_url.is_none() && schemas.is_empty() {
+                if a.get("registry_url").is_none() && schemas.is_empty() {
                     self.problem(
                         n.at,
                         "format.avro-confluent: give `registry_url` or `schemas` (id: file.avsc) to resolve schema ids",
                     );
                     return None;
                 }
-                Some(Format::AvroConfluent { registry_url, schemas })
+                if a.get("registry_url").is_some() && registry.is_none() {
+                    return None; // reported above
+                }
+                Some(Format::AvroConfluent { registry, schemas })
             }
         }
     }
@@ -688,6 +712,26 @@ errors: { mode: dead_letter, dead_letter_topic: orders-bad, max_error_rate: 0.5 
         assert!(!p.reads_headers(), "no column maps a header");
         let with_header = GOOD.replace("who: { key: true }", "who: { header: trace }");
         assert!(Pipeline::parse(&with_header, Path::new(".")).expect("valid").reads_headers());
+    }
+
+    #[test]
+    fn a_registry_address_is_checked_where_it_is_written() {
+        let with = |format: &str| GOOD.replace("format: json", format);
+        let https = with("format:\n  avro-confluent: { registry_url: 'https://sr:8443/', registry_basic_auth: 'u:p' }");
+        let p = Pipeline::parse(&https, Path::new(".")).expect("valid");
+        let Format::AvroConfluent { registry: Some(registry), .. } = &p.format else { panic!("{:?}", p.format) };
+        assert_eq!((registry.url.as_str(), registry.basic_auth.as_deref()), ("https://sr:8443/", Some("u:p")));
+        let found = problems(&with("format:\n  avro-confluent: { registry_url: 'ftp://sr' }"));
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with("9:35: format.avro-confluent.registry_url: ftp://sr: expected an http"),
+            "{}",
+            found[0]
+        );
+        let missing_ca = problems(&with(
+            "format:\n  avro-confluent: { registry_url: 'https://sr', registry_ca_file: no-such-ca.pem }",
+        ));
+        assert!(missing_ca.len() == 1 && missing_ca[0].contains("no-such-ca.pem"), "{missing_ca:#?}");
     }
 
     #[test]

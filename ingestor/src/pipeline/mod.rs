@@ -15,6 +15,7 @@ use std::sync::Arc;
 use mergestream_engine::TableDef;
 
 use crate::decode::avro::AvroSchema;
+pub use crate::decode::registry::RegistryConfig;
 
 pub use yaml::Location;
 
@@ -64,7 +65,7 @@ pub enum Format {
     Avro { schema: Arc<AvroSchema> },
     /// Confluent framing: magic byte 0, a 4-byte big-endian schema id, then Avro binary.
     /// `schemas` are the pipeline file's own, by id; the registry is asked for the others.
-    AvroConfluent { registry_url: Option<String>, schemas: BTreeMap<u32, Arc<AvroSchema>> },
+    AvroConfluent { registry: Option<RegistryConfig>, schemas: BTreeMap<u32, Arc<AvroSchema>> },
 }
 
 #[derive(Debug, Clone)]
