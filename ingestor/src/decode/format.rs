@@ -70,7 +70,9 @@ impl PayloadDecoder {
         let decoded = match &mut self.format {
             PayloadFormat::Json => return Ok(self.projection.parse_json_into(payload, document)),
             PayloadFormat::Avro(schema) => schema.decode(payload).map_err(DecodeError::BadAvro),
-            PayloadFormat::Confluent(confluent) => confluent.decode(payload).await?,
+            // Boxed: the registry lookup's future is kilobytes, and the JSON path's future
+            // would carry that room for every message.
+            PayloadFormat::Confluent(confluent) => Box::pin(confluent.decode(payload)).await?,
         };
         Ok(decoded.and_then(|value| self.projection.project_into(value, document)))
     }
