@@ -55,6 +55,25 @@ pub enum Lookup {
 
 impl Registry {
     pub fn new(config: &RegistryConfig) -> Result<Registry, String> {
+        let (mut registry, https) = Registry::without_tls(config)?;
+        if https {
+            registry.tls = Some(tls_connector(config.ca_file.as_deref()).map_err(|e| format!("{}: {e}", config.url))?);
+        }
+        Ok(registry)
+    }
+
+    /// What `ingestor check` can say of a registry without reading the system's certificates
+    /// (the run reads them, once): the address, the credentials and the CA file.
+    pub fn check(config: &RegistryConfig) -> Result<(), String> {
+        Registry::without_tls(config)?;
+        match &config.ca_file {
+            Some(ca_file) => ca_roots(ca_file).map(drop).map_err(|e| format!("{}: {e}", config.url)),
+            None => Ok(()),
+        }
+    }
+
+    /// The registry with its address and credentials checked, and whether it is https.
+    fn without_tls(config: &RegistryConfig) -> Result<(Registry, bool), String> {
         let url = &config.url;
         let base = url.trim_end_matches('/').to_string();
         let uri: Uri = base.parse().map_err(|e| format!("{url}: not an address ({e})"))?;
@@ -66,11 +85,9 @@ impl Registry {
         let (Some(host), Some(authority)) = (uri.host(), uri.authority()) else {
             return Err(format!("{url}: the address has no host"));
         };
-        let tls = match (https, &config.ca_file) {
-            (true, ca_file) => Some(tls_connector(ca_file.as_deref()).map_err(|e| format!("{url}: {e}"))?),
-            (false, Some(_)) => return Err(format!("{url}: a CA file is for https addresses")),
-            (false, None) => None,
-        };
+        if !https && config.ca_file.is_some() {
+            return Err(format!("{url}: a CA file is for https addresses"));
+        }
         let authorization = match &config.basic_auth {
             Some(user_info) if !user_info.contains(':') => {
                 return Err("the registry credentials must be `user:password`".to_string())
@@ -78,15 +95,16 @@ impl Registry {
             Some(user_info) => Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(user_info))),
             None => None,
         };
-        Ok(Registry {
+        let registry = Registry {
             host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
             port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
             authority: authority.to_string(),
             prefix: uri.path().trim_end_matches('/').to_string(),
             base,
-            tls,
+            tls: None,
             authorization,
-        })
+        };
+        Ok((registry, https))
     }
 
     pub fn url(&self) -> &str {
@@ -157,21 +175,26 @@ where
     answer
 }
 
+/// The certificates of a PEM file, to trust.
+fn ca_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let certificates = CertificateDer::pem_file_iter(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    for certificate in certificates {
+        let certificate = certificate.map_err(|e| format!("{}: {e}", path.display()))?;
+        roots.add(certificate).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{}: no PEM certificate in the file", path.display()));
+    }
+    Ok(roots)
+}
+
 /// A TLS client trusting the certificates of `ca_file`, or the system's.
 fn tls_connector(ca_file: Option<&Path>) -> Result<TlsConnector, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match ca_file {
-        Some(path) => {
-            let certificates = CertificateDer::pem_file_iter(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            for certificate in certificates {
-                let certificate = certificate.map_err(|e| format!("{}: {e}", path.display()))?;
-                roots.add(certificate).map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            if roots.is_empty() {
-                return Err(format!("{}: no PEM certificate in the file", path.display()));
-            }
-        }
+    let roots = match ca_file {
+        Some(path) => ca_roots(path)?,
         None => {
+            let mut roots = rustls::RootCertStore::empty();
             for certificate in rustls_native_certs::load_native_certs().certs {
                 // A system certificate rustls cannot use is left out, as the others' would be.
                 let _ = roots.add(certificate);
@@ -179,8 +202,9 @@ fn tls_connector(ca_file: Option<&Path>) -> Result<TlsConnector, String> {
             if roots.is_empty() {
                 return Err("no system CA certificates found; give `registry_ca_file`".to_string());
             }
+            roots
         }
-    }
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

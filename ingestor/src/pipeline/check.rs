@@ -321,7 +321,7 @@ impl<'a> Checker<'a> {
                         .get("registry_basic_auth")
                         .and_then(|c| self.string(c, "format.avro-confluent.registry_basic_auth"));
                     let config = RegistryConfig { url, ca_file, basic_auth };
-                    match crate::decode::registry::Registry::new(&config) {
+                    match crate::decode::registry::Registry::check(&config) {
                         Ok(_) => Some(config),
                         Err(e) => {
                             self.problem(url_node.at, format!("format.avro-confluent.registry_url: {e}"));
