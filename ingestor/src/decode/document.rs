@@ -18,7 +18,7 @@ use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value as Json;
 
-use super::DecodeError;
+use super::{flat_json, DecodeError};
 use crate::pipeline::{TableTarget, ValueSource};
 
 /// The top-level fields the pipeline reads, each with a slot.
@@ -109,7 +109,7 @@ impl Projection {
 
     /// The slot of `name`, trying `guess` first: messages of one producer have their keys in
     /// one order, so the slot after the previous key's is nearly always the right one.
-    fn slot_guessing(&self, name: &str, guess: usize) -> Option<usize> {
+    pub(super) fn slot_guessing(&self, name: &str, guess: usize) -> Option<usize> {
         match self.names.get(guess) {
             Some(n) if n == name => Some(guess),
             _ => self.slot(name),
@@ -128,15 +128,37 @@ impl Projection {
         // string in it (keys and skipped fields included).
         let text = std::str::from_utf8(payload).map_err(|e| DecodeError::Malformed(e.to_string()))?;
         document.reset(self.names.len());
+        if flat_json::scan_object(text, self, &mut document.values) {
+            return Ok(());
+        }
+        document.reset(self.names.len());
+        self.parse_with_serde(text, &mut document.values)
+    }
+
+    /// serde_json's reading of `text` into `values` (one empty slot per field): every message
+    /// the fast path gives up on, and the one source of error messages.
+    fn parse_with_serde<'a>(&self, text: &'a str, values: &mut [Option<Field<'a>>]) -> Result<(), DecodeError> {
         let mut de = serde_json::Deserializer::from_str(text);
-        let parsed = DocumentSeed { projection: self, values: &mut document.values }
-            .deserialize(&mut de)
-            .and_then(|object| de.end().map(|()| object));
+        let parsed =
+            DocumentSeed { projection: self, values }.deserialize(&mut de).and_then(|object| de.end().map(|()| object));
         match parsed {
             Ok(Ok(())) => Ok(()),
             Ok(Err(kind)) => Err(DecodeError::NotAnObject(kind)),
             Err(e) => Err(DecodeError::Malformed(e.to_string())),
         }
+    }
+
+    /// The projection of `names`, each read once.
+    #[cfg(test)]
+    pub(super) fn with_names(names: &[&str]) -> Projection {
+        Projection { names: names.iter().map(|n| n.to_string()).collect(), readers: vec![1; names.len()] }
+    }
+
+    /// The fields serde_json reads from `text`, without the fast path.
+    #[cfg(test)]
+    pub(super) fn parse_json_slow<'a>(&self, text: &'a str) -> Result<Vec<Option<Field<'a>>>, DecodeError> {
+        let mut values = vec![None; self.names.len()];
+        self.parse_with_serde(text, &mut values).map(|()| values)
     }
 
     /// Parses a JSON payload into a document of its own.

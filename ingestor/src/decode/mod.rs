@@ -26,6 +26,7 @@ use crate::pipeline::{ColumnMapping, Conversion, TableTarget, ValueSource};
 pub mod avro;
 pub mod columns;
 pub mod document;
+mod flat_json;
 pub mod format;
 pub mod registry;
 
