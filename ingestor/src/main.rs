@@ -108,7 +108,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         match pipeline.source.clone() {
             Source::Kafka(kafka) => {
-                let source = Kafka::new(&kafka, pipeline.max_in_flight_bytes, pipeline.reads_headers())?;
+                let source = Kafka::new(&kafka, pipeline.max_in_flight_bytes, pipeline.message_parts())?;
                 Runner::start(pipeline, source, options).await?.run(shutdown_signal()).await?;
             }
             Source::Nats(nats) => {

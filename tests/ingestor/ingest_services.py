@@ -91,13 +91,15 @@ class Tansu(Process):
             future.result(30)
 
     def produce(self, topic, messages):
-        """messages: (partition, key, value bytes, headers) tuples; waits for every delivery."""
+        """messages: (partition, key, value bytes, headers[, timestamp ms]) tuples; waits for
+        every delivery. Without a timestamp the producer stamps the message."""
         producer = Producer({"bootstrap.servers": self.brokers, "linger.ms": 5, "enable.idempotence": False})
         failures = []
-        for partition, key, value, headers in messages:
+        for partition, key, value, headers, *timestamp in messages:
             while True:
                 try:
                     producer.produce(topic, value=value, key=key, partition=partition, headers=headers,
+                                     timestamp=timestamp[0] if timestamp else 0,
                                      on_delivery=lambda err, _msg: err and failures.append(err))
                     break
                 except BufferError:

@@ -64,23 +64,29 @@ def test_messages_land_once_and_sigterm_commits_the_offsets(tmp_path, broker, ke
     assert broker.committed("mergestream-orders", topic, PARTITIONS) == {p: 525 for p in range(PARTITIONS)}
 
 
-def test_header_and_topic_columns(tmp_path, broker, keeper, storage, topic):
-    """Headers are read only when a column maps one; this pipeline does, so every message's
-    header value (or NULL without it) and its topic reach the table."""
+def test_header_timestamp_and_topic_columns(tmp_path, broker, keeper, storage, topic):
+    """Headers and timestamps are read only when a column maps one; this pipeline does, so
+    every message's header value (or NULL without it), its timestamp and its topic reach the
+    table."""
     broker.create_topic(topic, PARTITIONS)
+    stamp = 1_700_000_000_000
     sent = [(i % PARTITIONS, f"k{i}".encode(), json.dumps({"id": i, "payload": {"v": i}}).encode(),
-             [("trace", f"t{i}".encode()), ("other", b"x")] if i % 2 == 0 else None) for i in range(200)]
+             [("trace", f"t{i}".encode()), ("other", b"x")] if i % 2 == 0 else None, stamp + i) for i in range(200)]
     broker.produce(topic, sent)
     pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, "headers",
-                              extra_columns=", trace Nullable(String), t String")
+                              extra_columns=", trace Nullable(String), t String, ms Int64, at DateTime")
     text = pipeline.read_text().replace("      o: { offset: true }\n",
                                         "      o: { offset: true }\n      trace: { header: trace }\n"
-                                        "      t: { topic: true }\n")
+                                        "      t: { topic: true }\n      ms: { timestamp: true }\n"
+                                        "      at: { timestamp: true }\n")
     pipeline.write_text(text)
     ingestor = Ingestor(tmp_path, pipeline, storage, keeper.hosts).start()
     wait_for_rows(storage, "headers", 200)
-    rows = storage.query("SELECT id, trace, t FROM headers WHERE id IN (0, 1, 198) ORDER BY id").splitlines()
-    assert rows == [f"0\tt0\t{topic}", f"1\t\\N\t{topic}", f"198\tt198\t{topic}"]
+    rows = storage.query("SELECT id, trace, t, ms, at FROM headers WHERE id IN (0, 1, 198) "
+                         "ORDER BY id").splitlines()
+    at = "2023-11-14 22:13:20"  # the stamp in whole seconds, UTC
+    assert rows == [f"0\tt0\t{topic}\t{stamp}\t{at}", f"1\t\\N\t{topic}\t{stamp + 1}\t{at}",
+                    f"198\tt198\t{topic}\t{stamp + 198}\t{at}"]
     assert storage.query("SELECT count() FROM headers WHERE trace IS NOT NULL").strip() == "100"
     assert ingestor.terminate() == 0, ingestor.output()
 

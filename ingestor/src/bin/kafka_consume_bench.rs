@@ -79,7 +79,7 @@ fn through_source(args: &Args) -> anyhow::Result<()> {
             group_id: format!("consume-bench-{}", std::process::id()),
             properties: Default::default(),
         };
-        let mut source = Kafka::new(&config, 256 << 20, false)?;
+        let mut source = Kafka::new(&config, 256 << 20, Default::default())?;
         let from: Vec<_> = (0..args.partitions).map(|p| ((args.topic.as_str().into(), p), -2)).collect();
         source.assign(&from).await?;
         let began = Instant::now();

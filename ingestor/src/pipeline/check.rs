@@ -709,9 +709,13 @@ errors: { mode: dead_letter, dead_letter_topic: orders-bad, max_error_rate: 0.5 
         let idle = Pipeline::parse(&GOOD.replace("max_ms: 200 }", "max_ms: 200, idle_ms: 50 }"), Path::new("."));
         assert_eq!(idle.expect("valid").batch.idle_ms, Some(50));
         assert_eq!(p.errors.mode, ErrorMode::DeadLetter { topic: "orders-bad".into() });
-        assert!(!p.reads_headers(), "no column maps a header");
-        let with_header = GOOD.replace("who: { key: true }", "who: { header: trace }");
-        assert!(Pipeline::parse(&with_header, Path::new(".")).expect("valid").reads_headers());
+        assert_eq!(p.message_parts(), MessageParts { headers: false, timestamp: false }, "only what is mapped");
+        let parts = |from: &str| {
+            let text = GOOD.replace("who: { key: true }", &format!("who: {{ {from} }}"));
+            Pipeline::parse(&text, Path::new(".")).expect("valid").message_parts()
+        };
+        assert_eq!(parts("header: trace"), MessageParts { headers: true, timestamp: false });
+        assert_eq!(parts("timestamp: true"), MessageParts { headers: false, timestamp: true });
     }
 
     #[test]

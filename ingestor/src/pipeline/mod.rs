@@ -208,8 +208,21 @@ impl Pipeline {
         self.tables.iter().find(|t| t.name == name)
     }
 
-    /// Whether a column is mapped from a message header: only then are headers read.
-    pub fn reads_headers(&self) -> bool {
-        self.tables.iter().flat_map(|t| &t.columns).any(|m| matches!(m.source, ValueSource::Header(_)))
+    /// The parts of a message some column is mapped from, beyond payload, key and position:
+    /// only those are read.
+    pub fn message_parts(&self) -> MessageParts {
+        let maps =
+            |wanted: fn(&ValueSource) -> bool| self.tables.iter().flat_map(|t| &t.columns).any(|m| wanted(&m.source));
+        MessageParts {
+            headers: maps(|s| matches!(s, ValueSource::Header(_))),
+            timestamp: maps(|s| matches!(s, ValueSource::Timestamp)),
+        }
     }
+}
+
+/// Which optional parts of a message the pipeline reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MessageParts {
+    pub headers: bool,
+    pub timestamp: bool,
 }
