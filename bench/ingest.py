@@ -10,8 +10,10 @@ builds), produces `--messages` JSON messages to a topic of `--partitions` partit
   `ingestor run` consumes them into a ReplacingMergeTree table (default batch limits, and
   `idle_ms: 100` so that the last blocks go as soon as the backlog is drained rather than
   after `max_ms`); the time runs from the
-  ingestor's start until its metrics count every message in committed blocks (startup and
-  partition ownership included); the table is then checked to hold each exactly once.
+  ingestor's start until the commit of the block that completes the count (startup and
+  partition ownership included), the time the ingestor reports in its
+  `mergestream_ingestor_last_commit_timestamp_seconds` metric once its rows counter shows
+  every message; the table is then checked to hold each exactly once.
 
 Prints one JSON line per measurement and a summary with the ratio (the best end-to-end
 rows/s over the best raw messages/s; the goal is 0.8 or more) and the peak RSS of the
@@ -146,21 +148,26 @@ def end_to_end(tmp, broker, keeper, topic, n, run):
         broker_cpu = cpu_seconds(broker.proc.pid)
         metrics_port = free_port()
         metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-        began = time.perf_counter()
+        began = time.time()
         ingestor = Ingestor(tmp, pipeline, storage, keeper.hosts, name=f"ingestor-{run}",
                             metrics_port=metrics_port).start()
 
-        def committed_rows():
-            # The ingestor's own count of rows in committed blocks: cheap to poll, where a
-            # `storage-node client` process per poll would take CPU from the run itself.
+        def table_metric(text, name):
+            found = re.search(rf'^{name}\{{table="{table}"\}} (\S+)$', text, re.M)
+            return float(found.group(1)) if found else 0
+
+        def metrics_text():
             try:
-                text = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+                return urllib.request.urlopen(metrics_url, timeout=5).read().decode()
             except OSError:
-                return 0  # not listening yet
-            found = re.search(rf'^mergestream_ingestor_rows_total\{{table="{table}"\}} (\S+)$', text, re.M)
-            return int(float(found.group(1))) if found else 0
-        wait_until(lambda: committed_rows() >= n, 900, f"{n} rows")
-        seconds = time.perf_counter() - began
+                return ""  # not listening yet
+        # The ingestor's own count of rows in committed blocks, polled slowly: each poll
+        # takes CPU from the run (a `storage-node client` per poll took much more). The end
+        # is the time the last block was committed, which the ingestor records itself, so the
+        # poll interval adds nothing to the figure.
+        wait_until(lambda: table_metric(metrics_text(), "mergestream_ingestor_rows_total") >= n, 900, f"{n} rows",
+                   interval=0.25)
+        seconds = table_metric(metrics_text(), "mergestream_ingestor_last_commit_timestamp_seconds") - began
         result = {"step": "end_to_end", "run": run, "rows": n, "seconds": round(seconds, 3),
                   "rows_per_s": round(n / seconds), "ingestor_peak_rss_mib": peak_rss_mib(ingestor.proc.pid),
                   "storage_node_peak_rss_mib": peak_rss_mib(storage.proc.pid),

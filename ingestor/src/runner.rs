@@ -523,6 +523,10 @@ impl<S: Source> Runner<S> {
                 metrics::counter!("mergestream_ingestor_blocks_total", "table" => table.clone()).increment(1);
                 metrics::counter!("mergestream_ingestor_rows_total", "table" => table.clone())
                     .increment(done.rows as u64);
+                // Freshness: alert when it falls behind while the lag is not zero.
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                metrics::gauge!("mergestream_ingestor_last_commit_timestamp_seconds", "table" => table.clone())
+                    .set(now.as_secs_f64());
                 debug!(partition = ?done.partition, table, rows = done.rows, next = done.next, version, "block committed");
                 owned.tables[done.table].position = Position { next: done.next, version };
                 // The source's own offset follows the slowest table, for lag tools.

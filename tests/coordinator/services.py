@@ -30,7 +30,7 @@ def four_letter(port, word, timeout=2.0):
             chunks.append(chunk)
 
 
-def wait_until(predicate, timeout, what):
+def wait_until(predicate, timeout, what, interval=0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -38,7 +38,7 @@ def wait_until(predicate, timeout, what):
                 return
         except OSError:
             pass
-        time.sleep(0.05)
+        time.sleep(interval)
     raise TimeoutError(f"{what} not ready after {timeout}s")
 
 
