@@ -35,6 +35,9 @@ def port_open(port):
 class Process:
     """A child process with its output in a log file; SIGKILL, SIGTERM, restart."""
 
+    # Every process started, so that a failed test leaves none behind (`kill_started_since`).
+    started = []
+
     def __init__(self, name, args, log_dir: Path):
         self.name, self.args = name, args
         self.log_path = log_dir / f"{name}.log"
@@ -43,7 +46,15 @@ class Process:
     def start(self):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        Process.started.append(self)
         return self
+
+    @staticmethod
+    def kill_started_since(count):
+        """SIGKILLs every process started after the first `count` that still runs."""
+        for process in Process.started[count:]:
+            process.kill()
+        del Process.started[count:]
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
