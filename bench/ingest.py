@@ -6,7 +6,8 @@ builds), produces `--messages` JSON messages to a topic of `--partitions` partit
 
 - raw: `kafka-consume-bench` reads them all with a plain rdkafka poll loop (best of
   `--raw-runs`), decoding nothing;
-- end to end (`--runs` times, each with a pipeline of its own and a fresh storage node):
+- end to end (`--runs` times, alternating with the raw runs, each with a pipeline of its
+  own and a fresh storage node):
   `ingestor run` consumes them into a ReplacingMergeTree table (default batch limits, and
   `idle_ms: 100` so that the last blocks go as soon as the backlog is drained rather than
   after `max_ms`); the time runs from the
@@ -16,9 +17,10 @@ builds), produces `--messages` JSON messages to a topic of `--partitions` partit
   every message; the table is then checked to hold each exactly once.
 
 Prints one JSON line per measurement and a summary with the ratio (the best end-to-end
-rows/s over the best raw messages/s; the goal is 0.8 or more) and the peak RSS of the
-ingestor and the storage node. Timings on a shared 2-core machine move by ±25% from run to
-run, hence the best of several on both sides.
+rows/s over the best raw messages/s; the goal is 0.8 or more), the ratio of each raw run to
+the end-to-end run after it, and the peak RSS of the ingestor and the storage node. Timings
+on a shared 2-core machine move by ±25% from run to run, in spells that last minutes, hence
+the best of several on both sides, taken in turns.
 
     python bench/ingest.py [--messages 2000000] [--partitions 4] [--runs 3] [--raw-runs 3]
 """
@@ -209,13 +211,6 @@ def main():
             print(json.dumps({"step": "produce", "messages": n, "bytes": payload_bytes,
                               "seconds": round(time.perf_counter() - began, 3)}), flush=True)
 
-            raw = min((raw_consume(broker, topic, partitions, n) for _ in range(args.raw_runs)),
-                      key=lambda r: r["seconds"])
-            raw_rate = n / raw["seconds"]
-            print(json.dumps({"step": "raw_consume", "messages": n, "seconds": raw["seconds"],
-                              "messages_per_s": round(raw_rate), "consumer_cpu_s": raw["consumer_cpu_s"],
-                              "broker_cpu_s": raw["broker_cpu_s"]}), flush=True)
-
             # The same read through the ingestor's Kafka source, decoding nothing: what the
             # source costs before decoding and inserting.
             source = raw_consume(broker, topic, partitions, n, "--through-source")
@@ -224,17 +219,30 @@ def main():
                               "consumer_cpu_s": source["consumer_cpu_s"], "broker_cpu_s": source["broker_cpu_s"]}),
                   flush=True)
 
-            runs = []
-            for run in range(1, args.runs + 1):
-                runs.append(end_to_end(tmp, broker, keeper, topic, n, run))
-                print(json.dumps(runs[-1]), flush=True)
+            # Raw and end-to-end runs alternate, so that a slow spell of the machine (they
+            # last minutes here) falls on both sides rather than on one.
+            raws, runs = [], []
+            for run in range(1, max(args.runs, args.raw_runs) + 1):
+                if run <= args.raw_runs:
+                    raws.append(raw_consume(broker, topic, partitions, n))
+                    print(json.dumps({"step": "raw_consume", "run": run, "messages": n,
+                                      "seconds": raws[-1]["seconds"], "messages_per_s": round(n / raws[-1]["seconds"]),
+                                      "consumer_cpu_s": raws[-1]["consumer_cpu_s"],
+                                      "broker_cpu_s": raws[-1]["broker_cpu_s"]}), flush=True)
+                if run <= args.runs:
+                    runs.append(end_to_end(tmp, broker, keeper, topic, n, run))
+                    print(json.dumps(runs[-1]), flush=True)
+            raw_rate = n / min(r["seconds"] for r in raws)
             best = min(runs, key=lambda r: r["seconds"])
             e2e_rate = n / best["seconds"]
+            pairs = sorted(r["seconds"] / e["seconds"] for r, e in zip(raws, runs))
             if os.environ.get("BENCH_KEEP_LOGS"):
                 for log in tmp.glob("*.log"):
                     (Path(os.environ["BENCH_KEEP_LOGS"]) / log.name).write_bytes(log.read_bytes())
             print()
-            print(f"best of {args.raw_runs} raw runs and of {args.runs} end-to-end runs; each run's figures are above")
+            print(f"best of {args.raw_runs} raw runs and of {args.runs} end-to-end runs, alternated; each run's "
+                  f"figures are above; the ratio of each raw run to the end-to-end run after it: "
+                  f"{', '.join(f'{p:.2f}' for p in pairs)}")
             print(f"{'raw rdkafka msg/s':>18}{'end-to-end rows/s':>19}{'ratio (goal >= 0.8)':>21}"
                   f"{'ingestor RSS MiB':>18}{'storage RSS MiB':>17}")
             print(f"{round(raw_rate):>18}{round(e2e_rate):>19}{e2e_rate / raw_rate:>21.3f}"
