@@ -373,7 +373,7 @@ mod tests {
     use super::*;
 
     fn projection(names: &[&str], readers: &[usize]) -> Projection {
-        Projection { names: names.iter().map(|n| n.to_string()).collect(), readers: readers.to_vec() }
+        Projection { readers: readers.to_vec(), ..Projection::with_names(names) }
     }
 
     #[test]

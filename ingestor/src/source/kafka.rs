@@ -112,22 +112,20 @@ fn client_config(source: &KafkaSource) -> ClientConfig {
 /// than the largest batch so far took.
 const FIRST_BATCH_BYTES: usize = 64 << 10;
 
-/// The parts of a message the poll thread reads beyond its payload, key and position.
+/// What the poll thread reads of a message beyond its payload, key and position.
 struct Reading {
     /// The topic when the source has only one: librdkafka hands a message's topic as a C
     /// string, measured and checked as UTF-8 at each call.
     only_topic: Option<String>,
-    /// Whether any column is mapped from a header. librdkafka parses a message's headers at
-    /// the first call, into buffers allocated and freed for each message, even when it has
-    /// none: that was a quarter of the poll thread's time.
-    headers: bool,
-    /// Whether any column is mapped from the timestamp: reading it was the first touch of
-    /// librdkafka's message (a cache miss) on the poll thread, 6 % of its time.
-    timestamp: bool,
+    /// Headers and the timestamp only when a column maps them. librdkafka parses a message's
+    /// headers at the first call, into buffers allocated and freed for each message, even
+    /// when it has none: that was a quarter of the poll thread's time. Reading the timestamp
+    /// was the first touch of librdkafka's message (a cache miss), 6 % of it.
+    parts: MessageParts,
 }
 
 fn incoming<'a>(m: &'a BorrowedMessage<'_>, reading: &'a Reading) -> Incoming<'a> {
-    let headers = match reading.headers.then(|| m.headers()).flatten() {
+    let headers = match reading.parts.headers.then(|| m.headers()).flatten() {
         Some(h) => h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect(),
         None => Vec::new(),
     };
@@ -135,7 +133,7 @@ fn incoming<'a>(m: &'a BorrowedMessage<'_>, reading: &'a Reading) -> Incoming<'a
         topic: reading.only_topic.as_deref().unwrap_or_else(|| m.topic()),
         partition: m.partition(),
         position: m.offset(),
-        timestamp_ms: if reading.timestamp { m.timestamp().to_millis() } else { None },
+        timestamp_ms: if reading.parts.timestamp { m.timestamp().to_millis() } else { None },
         payload: m.payload().unwrap_or_default(),
         key: m.key(),
         subject: None,
@@ -240,8 +238,7 @@ impl Kafka {
                 [topic] => Some(topic.clone()),
                 _ => None,
             },
-            headers: parts.headers,
-            timestamp: parts.timestamp,
+            parts,
         };
         std::thread::Builder::new()
             .name("kafka-poll".into())
