@@ -169,7 +169,9 @@ def end_to_end(tmp, broker, keeper, topic, n, run):
         # poll interval adds nothing to the figure.
         wait_until(lambda: table_metric(metrics_text(), "mergestream_ingestor_rows_total") >= n, 900, f"{n} rows",
                    interval=0.25)
-        seconds = table_metric(metrics_text(), "mergestream_ingestor_last_commit_timestamp_seconds") - began
+        last_commit = table_metric(metrics_text(), "mergestream_ingestor_last_commit_timestamp_seconds")
+        assert last_commit > began, f"no commit time after the start: {last_commit}"
+        seconds = last_commit - began
         result = {"step": "end_to_end", "run": run, "rows": n, "seconds": round(seconds, 3),
                   "rows_per_s": round(n / seconds), "ingestor_peak_rss_mib": peak_rss_mib(ingestor.proc.pid),
                   "storage_node_peak_rss_mib": peak_rss_mib(storage.proc.pid),
