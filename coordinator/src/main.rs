@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use mergestream_coordinator::node::{Coordinator, NodeConfig};
+use mergestream_coordinator::raft::transport::ClusterKey;
 use mergestream_coordinator::server;
 
 #[derive(Parser)]
@@ -46,6 +47,14 @@ struct ServeArgs {
     /// Serve Prometheus metrics on this address.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
+    /// A file holding the secret every member of the cluster shares (at least 16 bytes;
+    /// surrounding whitespace is ignored). Peers authenticate with it; needed with --peer.
+    #[arg(long, env = "MERGESTREAM_CLUSTER_SECRET_FILE")]
+    cluster_secret_file: Option<PathBuf>,
+    /// How long a client connection may take to send its handshake before it is closed
+    /// (ZooKeeper's zookeeper.nio.sessionlessCnxnTimeout).
+    #[arg(long, default_value_t = 10_000)]
+    handshake_timeout_ms: u64,
 }
 
 fn parse_peer(s: &str) -> Result<(u64, String), String> {
@@ -80,6 +89,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.tick_ms == 0 {
         bail!("--tick-ms must be positive");
     }
+    let cluster_key = match &args.cluster_secret_file {
+        Some(path) => {
+            let secret =
+                std::fs::read(path).with_context(|| format!("reading the cluster secret {}", path.display()))?;
+            let key = ClusterKey::new(secret.trim_ascii()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Some(std::sync::Arc::new(key))
+        }
+        None => None,
+    };
+    if args.handshake_timeout_ms == 0 {
+        bail!("--handshake-timeout-ms must be positive");
+    }
     if let Some(addr) = args.metrics_addr {
         mergestream_coordinator::node::install_metrics_exporter(addr).context("starting the metrics exporter")?;
     }
@@ -91,6 +112,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         peers,
         tick_ms: args.tick_ms,
         snapshot_every: args.snapshot_every,
+        cluster_key,
+        handshake_timeout: std::time::Duration::from_millis(args.handshake_timeout_ms),
     };
     let listener = tokio::net::TcpListener::bind(config.client_addr)
         .await

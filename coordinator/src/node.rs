@@ -16,10 +16,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::raft::log_store::LogStore;
-use crate::raft::network::{
-    read_frame, write_frame, ForwardError, NetworkFactory, PeerPool, PeerRequest, PeerResponse,
-};
+use crate::raft::network::{ForwardError, NetworkFactory, PeerPool, PeerRequest, PeerResponse};
 use crate::raft::state_machine::StateMachine;
+use crate::raft::transport::{ClusterKey, PeerStream};
 use crate::raft::{Node, NodeId, Raft};
 use crate::state::NodeState;
 use crate::tree::command::{zxid, Command, CommandResult};
@@ -35,6 +34,11 @@ pub struct NodeConfig {
     /// ZooKeeper's tickTime: sessions get between 2 and 20 ticks.
     pub tick_ms: u32,
     pub snapshot_every: u64,
+    /// The secret every member holds, with which peers authenticate (needed with peers).
+    pub cluster_key: Option<Arc<ClusterKey>>,
+    /// How long a client connection may take to send its handshake (ZooKeeper's
+    /// `zookeeper.nio.sessionlessCnxnTimeout`, 10 s by default).
+    pub handshake_timeout: Duration,
 }
 
 impl NodeConfig {
@@ -49,12 +53,18 @@ impl NodeConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
+    #[error(transparent)]
+    DataDir(#[from] crate::raft::data_dir::DataDirError),
     #[error("cannot open the data directory {dir}: {source}")]
     Storage { dir: PathBuf, source: io::Error },
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: io::Error },
     #[error("raft: {0}")]
     Raft(String),
+    #[error(
+        "a node with {peers} peers needs the cluster's secret (--cluster-secret-file), with which peers authenticate"
+    )]
+    NoClusterSecret { peers: usize },
 }
 
 /// Per-node counters for the four-letter words.
@@ -98,11 +108,13 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Coordinator {
     pub async fn start(config: NodeConfig) -> Result<Arc<Self>, NodeError> {
+        crate::raft::data_dir::prepare(&config.data_dir)?;
         let storage_err = |source| NodeError::Storage { dir: config.data_dir.clone(), source };
         let state = NodeState::new();
-        let log_store = LogStore::open(&config.data_dir.join("log")).map_err(storage_err)?;
+        let log_store = LogStore::open(&config.data_dir.join(crate::raft::data_dir::LOG_DIR)).map_err(storage_err)?;
         let state_machine =
-            StateMachine::open(&config.data_dir.join("snapshot"), state.clone()).map_err(storage_err)?;
+            StateMachine::open(&config.data_dir.join(crate::raft::data_dir::SNAPSHOT_DIR), state.clone())
+                .map_err(storage_err)?;
         let raft_config = openraft::Config {
             cluster_name: "mergestream-coordinator".into(),
             heartbeat_interval: 100,
@@ -114,7 +126,10 @@ impl Coordinator {
         }
         .validate()
         .map_err(|e| NodeError::Raft(e.to_string()))?;
-        let pool = PeerPool::default();
+        if !config.peers.is_empty() && config.cluster_key.is_none() {
+            return Err(NodeError::NoClusterSecret { peers: config.peers.len() });
+        }
+        let pool = PeerPool::new(config.cluster_key.clone());
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
@@ -445,19 +460,42 @@ impl Coordinator {
         }
     }
 
-    async fn serve_peer(self: Arc<Self>, mut stream: TcpStream) {
+    async fn serve_peer(self: Arc<Self>, stream: TcpStream) {
+        let from = stream.peer_addr().map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
+        let Some(key) = self.config.cluster_key.clone() else {
+            // No peers, no secret: nobody may talk to this port.
+            tracing::warn!(%from, "refusing a peer connection: this node has no peers");
+            metrics::counter!("coordinator_peer_connections_refused_total").increment(1);
+            return;
+        };
+        let mut stream = match PeerStream::accept(stream, &key).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%from, error = %e, "refusing a peer connection");
+                metrics::counter!("coordinator_peer_connections_refused_total").increment(1);
+                return;
+            }
+        };
         loop {
-            let request: PeerRequest = match read_frame(&mut stream).await {
+            let request: PeerRequest = match stream.recv().await {
                 Ok(r) => r,
                 Err(e) => {
                     if e.kind() != io::ErrorKind::UnexpectedEof {
-                        tracing::warn!(error = %e, "closing a peer connection");
+                        tracing::warn!(%from, error = %e, "dropping a peer message and its connection");
+                        metrics::counter!("coordinator_peer_messages_dropped_total").increment(1);
                     }
                     return;
                 }
             };
+            if let PeerRequest::Write(command) = &request {
+                if let Err(e) = command.check() {
+                    tracing::warn!(%from, error = %e, "dropping a peer's write and its connection");
+                    metrics::counter!("coordinator_peer_messages_dropped_total").increment(1);
+                    return;
+                }
+            }
             let response = self.answer_peer(request).await;
-            if write_frame(&mut stream, &response).await.is_err() {
+            if stream.send(&response).await.is_err() {
                 return;
             }
         }

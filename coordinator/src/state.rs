@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::{LogId, StoredMembership};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 
 use crate::proto::records::encode_watch_event;
 use crate::raft::{Node, NodeId};
+use crate::server::outbox::FrameSender;
 use crate::tree::command::{zxid, Command, CommandResult};
 use crate::tree::DataTree;
 use crate::watch::{Fired, WatchManager};
@@ -19,7 +20,7 @@ use crate::watch::{Fired, WatchManager};
 /// expired or moved to another connection).
 pub struct Outbox {
     pub connection_id: u64,
-    pub frames: mpsc::UnboundedSender<Vec<u8>>,
+    pub frames: FrameSender,
     pub closed: Arc<Notify>,
 }
 
@@ -35,7 +36,7 @@ impl StateInner {
     /// Sends a frame to a session connected here, if it is.
     pub fn send(&self, session_id: i64, frame: Vec<u8>) {
         if let Some(outbox) = self.outboxes.get(&session_id) {
-            let _ = outbox.frames.send(frame);
+            outbox.frames.send(frame);
         }
     }
 

@@ -21,6 +21,10 @@ pub enum IngestError {
     Nats(String),
     #[error("the schema registry {url}: {message}")]
     SchemaRegistry { url: String, message: String },
+    /// The storage node cannot commit offsets, or refuses this writer for good: retrying the
+    /// same request cannot help, the configuration must change.
+    #[error("the storage node at {addr} cannot take this pipeline's inserts: {message}")]
+    StorageConfiguration { addr: String, message: String },
     #[error("a background task failed: {0}")]
     Task(String),
 }

@@ -20,6 +20,15 @@ pub struct Position {
     pub version: i32,
 }
 
+/// Why a partition's position cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PositionError {
+    #[error(transparent)]
+    Keeper(#[from] KeeperError),
+    #[error("offset node {path} is damaged: {message}")]
+    Corrupt { path: String, message: String },
+}
+
 /// The offset of a new offset node: start from the oldest message the broker keeps.
 pub const BEGINNING: i64 = -2;
 
@@ -83,12 +92,14 @@ impl Ownership {
     }
 
     /// The position of a table in a partition; a missing offset node is created at the start.
-    pub async fn position(&self, table: &str, topic: &str, partition: i32) -> Result<Position, KeeperError> {
+    /// A node that holds something else than an offset record is an error, never "from the
+    /// beginning": that would insert everything again.
+    pub async fn position(&self, table: &str, topic: &str, partition: i32) -> Result<Position, PositionError> {
         let path = self.offset_path(table, topic, partition);
         loop {
             if let Some(v) = self.keeper.get(&path).await? {
-                let record = OffsetRecord::decode(&v.data)
-                    .unwrap_or(OffsetRecord { next: BEGINNING, ..OffsetRecord::default() });
+                let record =
+                    OffsetRecord::decode(&v.data).map_err(|message| PositionError::Corrupt { path, message })?;
                 return Ok(Position { next: record.next, version: v.version });
             }
             if let Some((parent, _)) = path.rsplit_once('/') {
@@ -98,7 +109,7 @@ impl Ownership {
             match self.keeper.create(&path, &start, NodeKind::Persistent).await {
                 Ok(_) => {}
                 Err(e) if e.is_node_exists() => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
     }

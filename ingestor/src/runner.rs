@@ -9,7 +9,7 @@
 //! at a time since each needs the offset node version the previous one left; a slow or
 //! delaying storage node therefore slows consumption down once the memory bound is reached.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,11 +21,11 @@ use coordinator_client::EphemeralLock;
 use mergestream_proto::ingest::OffsetCommit;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::decode::{DecodeError, Document, MessageMeta, PayloadDecoder, Projection, RowDecoder, Rows};
 use crate::error::IngestError;
-use crate::ownership::{Ownership, Position};
+use crate::ownership::{Ownership, Position, PositionError};
 use crate::pipeline::{BatchLimits, ErrorMode, Pipeline};
 use crate::sink::{Committed, StorageNode};
 use crate::source::{Batch, DeadLetter, PartitionKey, Source, BEGINNING};
@@ -153,6 +153,8 @@ pub struct Runner<S: Source> {
     tables: Vec<Arc<TableSink>>,
     partitions: Vec<PartitionKey>,
     owned: BTreeMap<PartitionKey, OwnedPartition>,
+    /// Partitions whose offset node is damaged or gone: never taken again by this process.
+    stopped: BTreeSet<PartitionKey>,
     inserts: JoinSet<Inserted>,
     /// Bytes of messages buffered or in blocks being inserted.
     in_flight_bytes: usize,
@@ -215,6 +217,7 @@ impl<S: Source> Runner<S> {
             tables,
             partitions,
             owned: BTreeMap::new(),
+            stopped: BTreeSet::new(),
             inserts: JoinSet::new(),
             in_flight_bytes: 0,
             last_batch: Instant::now(),
@@ -537,6 +540,10 @@ impl<S: Source> Runner<S> {
                 warn!(partition = ?done.partition, why, "the partition has another owner now: giving it up");
                 self.drop_partition(&done.partition).await?;
             }
+            Committed::Stopped(why) => {
+                self.stop_partition(&done.partition, &why);
+                self.drop_partition(&done.partition).await?;
+            }
         }
         Ok(())
     }
@@ -555,6 +562,15 @@ impl<S: Source> Runner<S> {
             metrics::counter!("mergestream_ingestor_dead_lettered_total").increment(1);
         }
         Ok(())
+    }
+
+    /// Stops consuming a partition until the ingestor is restarted: its position cannot be
+    /// trusted, and anything consumed now could be a duplicate or a gap.
+    fn stop_partition(&mut self, key: &PartitionKey, why: &str) {
+        error!(topic = &*key.0, partition = key.1, why, "the partition is stopped: its offset node must be repaired");
+        metrics::counter!("mergestream_ingestor_stopped_partitions_total").increment(1);
+        self.stopped.insert(key.clone());
+        metrics::gauge!("mergestream_ingestor_stopped_partitions").set(self.stopped.len() as f64);
     }
 
     /// Forgets a partition and its buffers, releases its lock, and reads the others on.
@@ -615,14 +631,28 @@ impl<S: Source> Runner<S> {
             if self.owned.len() >= share {
                 break;
             }
-            if self.owned.contains_key(&key) {
+            if self.owned.contains_key(&key) || self.stopped.contains(&key) {
                 continue;
             }
             let Some(lock) = self.ownership.try_own(&key.0, key.1).await? else { continue };
             let mut tables = Vec::new();
+            let mut damaged = None;
             for sink in &self.tables {
-                let position = self.ownership.position(&sink.name, &key.0, key.1).await?;
-                tables.push(TablePosition { position, buffer: None, in_flight: None });
+                match self.ownership.position(&sink.name, &key.0, key.1).await {
+                    Ok(position) => tables.push(TablePosition { position, buffer: None, in_flight: None }),
+                    Err(PositionError::Keeper(e)) => return Err(e.into()),
+                    Err(e @ PositionError::Corrupt { .. }) => {
+                        damaged = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+            if let Some(why) = damaged {
+                self.stop_partition(&key, &why);
+                if let Err(e) = self.ownership.release(lock).await {
+                    debug!(error = %e, "cannot release the lock of a stopped partition");
+                }
+                continue;
             }
             let fetch_next = if tables.iter().any(|t| t.position.next == BEGINNING) {
                 BEGINNING

@@ -8,6 +8,7 @@ use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use mergestream_proto::ingest::ingest_client::IngestClient;
 use mergestream_proto::ingest::{CreateTableRequest, InsertReply, InsertRequest, OffsetCommit};
+use mergestream_proto::refusal::Reason;
 use tonic::transport::Channel;
 use tonic::Code;
 use tracing::warn;
@@ -26,6 +27,9 @@ pub enum Committed {
     Done { version: i32 },
     /// The offset node moved under us: another ingestor owns the partition now.
     Refused(String),
+    /// The offset node is missing or damaged: the partition's position is unknown, and it
+    /// must not be consumed until a person repairs the node.
+    Stopped(String),
 }
 
 impl StorageNode {
@@ -96,8 +100,15 @@ impl StorageNode {
                     let InsertReply { offset_version, .. } = reply.into_inner();
                     return Ok(Committed::Done { version: offset_version });
                 }
-                Err(s) if s.code() == Code::FailedPrecondition => {
-                    return Ok(Committed::Refused(s.message().to_string()))
+                Err(s) if Reason::of(&s).is_some() => {
+                    let message = s.message().to_string();
+                    return match Reason::of(&s) {
+                        Some(Reason::StaleVersion) => Ok(Committed::Refused(message)),
+                        Some(Reason::OffsetNodeMissing | Reason::CorruptOffsetRecord) => {
+                            Ok(Committed::Stopped(message))
+                        }
+                        _ => Err(IngestError::StorageConfiguration { addr: self.addr.clone(), message }),
+                    };
                 }
                 Err(s)
                     if matches!(

@@ -11,6 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 COORDINATOR_BIN = Path(os.environ.get("MERGESTREAM_COORDINATOR_BIN", ROOT / "target" / "debug" / "coordinator"))
 ZOOKEEPER_CLASSPATH = "/usr/share/java/*:/etc/zookeeper/conf"
+# The secret the test clusters' nodes authenticate each other with.
+CLUSTER_SECRET = "test-cluster-secret-0123456789\n"
 
 
 def free_port():
@@ -46,7 +48,7 @@ class ZooKeeper:
     """Apache ZooKeeper on loopback ports with every four-letter word enabled: one standalone
     server, or with `size` > 1 an ensemble (`hosts` then lists all its client ports)."""
 
-    def __init__(self, workdir: Path, size=1):
+    def __init__(self, workdir: Path, size=1, jvm_flags=()):
         workdir.mkdir(parents=True, exist_ok=True)
         self.ports = [free_port() for _ in range(size)]
         quorum = [(free_port(), free_port()) for _ in range(size)] if size > 1 else []
@@ -64,7 +66,7 @@ class ZooKeeper:
             log = open(workdir / f"zookeeper{i}.log", "wb")
             self.logs.append(log)
             self.procs.append(subprocess.Popen(
-                ["java", "-Xmx512m", "-cp", ZOOKEEPER_CLASSPATH,
+                ["java", "-Xmx512m", *jvm_flags, "-cp", ZOOKEEPER_CLASSPATH,
                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(workdir / f"zoo{i}.cfg")],
                 stdout=log, stderr=subprocess.STDOUT,
             ))
@@ -93,7 +95,8 @@ class CoordinatorNode:
     """One `coordinator serve` process; it can be SIGKILLed and started again on its data."""
 
     def __init__(self, node_id, data_dir: Path, client_port=None, raft_port=None, tick_ms=2000, snapshot_every=None,
-                 metrics_port=None):
+                 metrics_port=None, extra_args=()):
+        self.extra_args = list(extra_args)
         self.node_id = node_id
         self.data_dir = data_dir
         self.client_port = client_port or free_port()
@@ -118,10 +121,17 @@ class CoordinatorNode:
                 "--data-dir", str(self.data_dir), "--tick-ms", str(self.tick_ms)]
         if self.snapshot_every:
             args += ["--snapshot-every", str(self.snapshot_every)]
+        args += self.extra_args
         if self.metrics_port:
             args += ["--metrics-addr", f"127.0.0.1:{self.metrics_port}"]
         for peer_id, addr in sorted(self.peers.items()):
             args += ["--peer", f"{peer_id}={addr}"]
+        if self.peers:
+            # Beside the data directories: every node of a cluster shares it.
+            secret = self.data_dir.parent / "cluster-secret"
+            if not secret.exists():
+                secret.write_text(CLUSTER_SECRET)
+            args += ["--cluster-secret-file", str(secret)]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log = open(self.data_dir.parent / f"node{self.node_id}.log", "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)

@@ -143,9 +143,11 @@ class StorageNode(Process):
     def __init__(self, workdir: Path, coordinator_hosts, name="storage-node"):
         self.grpc_port = free_port()
         self.path = workdir / f"{name}-data"
-        super().__init__(name, [str(STORAGE_BIN), "serve", "--path", str(self.path),
-                                "--grpc-addr", f"127.0.0.1:{self.grpc_port}",
-                                "--coordinator", coordinator_hosts, "--session-timeout-ms", "4000"], workdir)
+        args = [str(STORAGE_BIN), "serve", "--path", str(self.path), "--grpc-addr", f"127.0.0.1:{self.grpc_port}",
+                "--session-timeout-ms", "4000"]
+        if coordinator_hosts:
+            args += ["--coordinator", coordinator_hosts]
+        super().__init__(name, args, workdir)
 
     def start(self):
         super().start()

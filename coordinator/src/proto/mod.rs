@@ -1,6 +1,8 @@
 //! The ZooKeeper client protocol: jute encoding, the records, and the numbers.
 
 pub mod codes;
+#[cfg(test)]
+mod fuzz;
 pub mod jute;
 pub mod records;
 

@@ -1,9 +1,11 @@
 //! Raft through openraft: the type configuration, the on-disk log, the state machine over the
 //! tree, and the TCP transport between nodes.
 
+pub mod data_dir;
 pub mod log_store;
 pub mod network;
 pub mod state_machine;
+pub mod transport;
 
 use std::io;
 

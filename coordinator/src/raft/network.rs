@@ -1,12 +1,16 @@
 //! The messages between coordinator nodes and their TCP transport: Raft's own RPCs, plus the
 //! requests a follower sends to the leader on behalf of its clients (writes, read barriers for
-//! `sync`, and the sessions it heard from). Frames are a 4-byte big-endian length and bincode.
+//! `sync`, and the sessions it heard from). Frames are bincode on an authenticated connection
+//! (`transport`).
 
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::transport::{ClusterKey, PeerStream};
+use super::{Node, NodeId, TypeConfig};
+use crate::tree::command::{Command, CommandResult};
 use openraft::error::{
     Fatal, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable,
 };
@@ -14,14 +18,6 @@ use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
 use openraft::{Snapshot, SnapshotMeta, Vote};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-use super::{Node, NodeId, TypeConfig};
-use crate::tree::command::{Command, CommandResult};
-
-/// Snapshots travel in one frame; this bounds what a peer may make us allocate.
-const MAX_PEER_FRAME: usize = 1 << 30;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum PeerRequest {
@@ -58,46 +54,33 @@ pub enum PeerResponse {
     Touched,
 }
 
-pub async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> io::Result<T> {
-    let len = stream.read_u32().await? as usize;
-    if len > MAX_PEER_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("peer frame of {len} bytes")));
-    }
-    let mut buf = vec![0; len];
-    stream.read_exact(&mut buf).await?;
-    bincode::deserialize(&buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
-pub async fn write_frame<T: Serialize>(stream: &mut TcpStream, value: &T) -> io::Result<()> {
-    let bytes = bincode::serialize(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    let mut frame = Vec::with_capacity(bytes.len() + 4);
-    frame.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&bytes);
-    stream.write_all(&frame).await
-}
-
 /// Idle connections to peers, by address, shared by everything that calls a peer.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct PeerPool {
-    idle: Arc<Mutex<HashMap<String, Vec<TcpStream>>>>,
+    idle: Arc<Mutex<HashMap<String, Vec<PeerStream>>>>,
+    /// The cluster's secret; `None` on a node without peers, which calls none.
+    key: Option<Arc<ClusterKey>>,
 }
 
 impl PeerPool {
+    pub fn new(key: Option<Arc<ClusterKey>>) -> PeerPool {
+        PeerPool { idle: Arc::default(), key }
+    }
+
     /// One request and its response, on an idle connection or a new one; a connection that
     /// failed is dropped, not returned to the pool.
     pub async fn call(&self, addr: &str, request: &PeerRequest, timeout: Duration) -> io::Result<PeerResponse> {
+        let key = self.key.clone().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::PermissionDenied, "this node has no cluster secret to call peers with")
+        })?;
         let pooled = self.idle.lock().ok().and_then(|mut m| m.get_mut(addr).and_then(Vec::pop));
         let attempt = async {
             let mut stream = match pooled {
                 Some(s) => s,
-                None => {
-                    let s = TcpStream::connect(addr).await?;
-                    s.set_nodelay(true)?;
-                    s
-                }
+                None => PeerStream::connect(addr, &key).await?,
             };
-            write_frame(&mut stream, request).await?;
-            let response: PeerResponse = read_frame(&mut stream).await?;
+            stream.send(request).await?;
+            let response: PeerResponse = stream.recv().await?;
             Ok::<_, io::Error>((stream, response))
         };
         let (stream, response) = tokio::time::timeout(timeout, attempt).await.map_err(|_| {

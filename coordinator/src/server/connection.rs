@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
+use super::outbox::{frame_queue, write_frames, FrameSender, MAX_QUEUED_BYTES};
 use super::{four_letter, reply};
 use crate::node::{Committed, Coordinator};
 use crate::proto::codes::{op, xid, AddWatchMode, ErrorCode, EventType};
@@ -40,6 +40,10 @@ enum ConnectionError {
     NoLeader(String),
     #[error("client has seen zxid 0x{seen:x}, newer than this node's 0x{ours:x}")]
     Behind { seen: i64, ours: i64 },
+    #[error("no handshake within {0:?}")]
+    HandshakeTimeout(Duration),
+    #[error("the client does not read its replies: more than {0} bytes wait for it")]
+    NotReading(usize),
 }
 
 pub async fn run(node: Arc<Coordinator>, stream: TcpStream, peer: SocketAddr) {
@@ -66,12 +70,58 @@ async fn read_len(stream: &mut tokio::net::tcp::OwnedReadHalf) -> Result<usize, 
 }
 
 async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream) -> Result<(), ConnectionError> {
+    // A connection has a while to say what it is, as ZooKeeper gives a connection without a
+    // session: one that says nothing would hold a descriptor for ever.
+    let connect = match tokio::time::timeout(node.config.handshake_timeout, read_connect(node, &mut stream)).await {
+        Ok(Ok(Some(connect))) => connect,
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            metrics::counter!("coordinator_handshake_timeouts_total").increment(1);
+            return Err(ConnectionError::HandshakeTimeout(node.config.handshake_timeout));
+        }
+    };
+    let (mut reader, writer) = stream.into_split();
+    let closed = Arc::new(Notify::new());
+    let (frames, rx) = frame_queue(MAX_QUEUED_BYTES, closed.clone());
+    let mut writer_task = tokio::spawn(write_frames(writer, rx));
+    let session = match establish(node, &connect, &frames, closed).await {
+        Ok(Some(session)) => session,
+        Ok(None) => {
+            // Expired or unknown session: ZooKeeper answers with a zero timeout and closes.
+            frames.send(encode_connect_response(0, 0, &[0; 16], connect.read_only));
+            drop(frames);
+            let _ = writer_task.await;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let result = session.requests(node, &mut reader).await;
+    session.detach(node);
+    let timeout = session.timeout;
+    // The writer ends, and closes the socket, once every sender of the channel is gone; a
+    // client that does not read is given a session timeout to take what is left.
+    drop(session);
+    let overflowed = frames.overflowed();
+    drop(frames);
+    if overflowed || tokio::time::timeout(timeout, &mut writer_task).await.is_err() {
+        writer_task.abort();
+    }
+    if overflowed {
+        return Err(ConnectionError::NotReading(MAX_QUEUED_BYTES));
+    }
+    result
+}
+
+/// The four-letter word or the connect request a connection starts with; `None` after a
+/// four-letter word was answered.
+async fn read_connect(node: &Coordinator, stream: &mut TcpStream) -> Result<Option<ConnectRequest>, ConnectionError> {
     let mut first = [0u8; 4];
     stream.read_exact(&mut first).await?;
     if let Some(answer) = four_letter::answer(node, &first) {
         stream.write_all(answer.as_bytes()).await?;
         stream.shutdown().await?;
-        return Ok(());
+        return Ok(None);
     }
     let len = u32::from_be_bytes(first) as usize;
     if len > MAX_FRAME_BYTES {
@@ -81,50 +131,15 @@ async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream) -> Result<(), Con
     stream.read_exact(&mut payload).await?;
     let connect = ConnectRequest::decode(&payload)
         .map_err(|source| ConnectionError::Malformed { what: "connect request", source })?;
-
-    let (mut reader, writer) = stream.into_split();
-    let (frames, rx) = mpsc::unbounded_channel();
-    let writer_task = tokio::spawn(write_frames(writer, rx));
-    let session = match establish(node, &connect, &frames).await {
-        Ok(Some(session)) => session,
-        Ok(None) => {
-            // Expired or unknown session: ZooKeeper answers with a zero timeout and closes.
-            let _ = frames.send(encode_connect_response(0, 0, &[0; 16], connect.read_only));
-            drop(frames);
-            let _ = writer_task.await;
-            return Ok(());
-        }
-        Err(e) => return Err(e),
-    };
-    let result = session.requests(node, &mut reader).await;
-    session.detach(node);
-    // The writer ends, and closes the socket, once every sender of the channel is gone.
-    drop(session);
-    drop(frames);
-    let _ = writer_task.await;
-    result
-}
-
-async fn write_frames(writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
-    let mut out = BufWriter::new(writer);
-    while let Some(frame) = rx.recv().await {
-        if out.write_all(&frame).await.is_err() {
-            return;
-        }
-        while let Ok(more) = rx.try_recv() {
-            if out.write_all(&more).await.is_err() {
-                return;
-            }
-        }
-        if out.flush().await.is_err() {
-            return;
-        }
-    }
-    let _ = out.shutdown().await;
+    Ok(Some(connect))
 }
 
 /// Requests read ahead of the one being answered, at most; the reader waits beyond that.
 const MAX_PIPELINED: usize = 1024;
+
+/// Bytes of requests read ahead of the one being answered, at most: 1,024 pipelined requests
+/// of a megabyte each would otherwise be a gigabyte held for one connection.
+const MAX_READ_AHEAD_BYTES: usize = 16 << 20;
 
 /// A decoded request waiting for its answer.
 struct Incoming {
@@ -132,6 +147,8 @@ struct Incoming {
     op_code: i32,
     request: Request,
     received: Instant,
+    /// Its share of [`MAX_READ_AHEAD_BYTES`], given back once it is answered.
+    _read_ahead: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Incoming {
@@ -153,7 +170,7 @@ struct Session {
     id: i64,
     timeout: Duration,
     connection_id: u64,
-    frames: mpsc::UnboundedSender<Vec<u8>>,
+    frames: FrameSender,
     closed: Arc<Notify>,
 }
 
@@ -162,7 +179,8 @@ struct Session {
 async fn establish(
     node: &Arc<Coordinator>,
     connect: &ConnectRequest,
-    frames: &mpsc::UnboundedSender<Vec<u8>>,
+    frames: &FrameSender,
+    closed: Arc<Notify>,
 ) -> Result<Option<Session>, ConnectionError> {
     let cfg = &node.config;
     let (session_id, timeout_ms, password) = if connect.session_id == 0 {
@@ -200,7 +218,7 @@ async fn establish(
         timeout: Duration::from_millis(timeout_ms as u64),
         connection_id: node.next_connection_id(),
         frames: frames.clone(),
-        closed: Arc::new(Notify::new()),
+        closed,
     };
     {
         let mut inner = node.state.lock();
@@ -213,7 +231,7 @@ async fn establish(
             // The client moved to a new connection: the old one ends.
             previous.closed.notify_one();
         }
-        let _ = frames.send(encode_connect_response(timeout_ms, session_id, &password, connect.read_only));
+        frames.send(encode_connect_response(timeout_ms, session_id, &password, connect.read_only));
     }
     node.touch(session_id);
     tracing::debug!(session = format_args!("0x{session_id:x}"), timeout_ms, "session connected");
@@ -260,6 +278,7 @@ impl Session {
         reader: &mut tokio::net::tcp::OwnedReadHalf,
         tx: mpsc::Sender<Incoming>,
     ) -> Result<(), ConnectionError> {
+        let read_ahead = Arc::new(tokio::sync::Semaphore::new(MAX_READ_AHEAD_BYTES));
         loop {
             let len = tokio::select! {
                 len = tokio::time::timeout(self.timeout, read_len(reader)) => match len {
@@ -270,6 +289,8 @@ impl Session {
                 // The session expired, or moved to another connection.
                 _ = self.closed.notified() => return Ok(()),
             };
+            let permits = len.clamp(1, MAX_READ_AHEAD_BYTES) as u32;
+            let Ok(permit) = read_ahead.clone().acquire_many_owned(permits).await else { return Ok(()) };
             let mut payload = vec![0; len];
             reader.read_exact(&mut payload).await?;
             let received = Instant::now();
@@ -282,7 +303,8 @@ impl Session {
             let request = Request::decode(op_code, &mut r)
                 .map_err(|source| ConnectionError::Malformed { what: op::name(op_code), source })?;
             let close = matches!(request, Request::CloseSession);
-            if tx.send(Incoming { xid, op_code, request, received }).await.is_err() || close {
+            let incoming = Incoming { xid, op_code, request, received, _read_ahead: permit };
+            if tx.send(incoming).await.is_err() || close {
                 return Ok(());
             }
         }
@@ -307,6 +329,9 @@ impl Session {
             }
             let mut pending = batch.drain(..).peekable();
             while let Some(incoming) = pending.next() {
+                if self.frames.overflowed() {
+                    return Err(ConnectionError::NotReading(MAX_QUEUED_BYTES));
+                }
                 if incoming.is_batched_write() {
                     let mut run = vec![incoming];
                     while let Some(next) = pending.next_if(Incoming::is_batched_write) {
@@ -330,7 +355,7 @@ impl Session {
     }
 
     fn send(&self, frame: Vec<u8>) {
-        let _ = self.frames.send(frame);
+        self.frames.send(frame);
     }
 
     async fn handle(&self, node: &Arc<Coordinator>, xid: i32, request: Request) -> Result<(), ConnectionError> {
@@ -363,7 +388,7 @@ impl Session {
                 let mut inner = node.state.lock();
                 let frame = self.read(&mut inner, xid, read);
                 // Sent under the lock: no event of a later change can overtake this reply.
-                let _ = self.frames.send(frame);
+                self.frames.send(frame);
             }
         }
         Ok(())

@@ -2,6 +2,7 @@
 
 mod connection;
 mod four_letter;
+pub mod outbox;
 mod reply;
 
 use std::sync::Arc;

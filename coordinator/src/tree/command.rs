@@ -16,7 +16,10 @@ pub enum TreeOp {
     Check { path: String, version: i32 },
 }
 
+/// Decoded through [`wire::Command`], whose batch holds no batch: a message nesting batches
+/// (200,000 deep once, from a peer) is refused by the decoder instead of recursing through it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "wire::Command")]
 pub enum Command {
     CreateSession {
         session_id: i64,
@@ -68,6 +71,7 @@ pub enum OpResult {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "wire::CommandResult")]
 pub enum CommandResult {
     SessionCreated,
     SessionClosed,
@@ -80,6 +84,170 @@ pub enum CommandResult {
     MultiFailed(Vec<ErrorCode>),
     /// One result per command of a [`Command::Batch`].
     Batch(Vec<CommandResult>),
+}
+
+impl Command {
+    /// What a command from outside this node must satisfy beyond its encoding: a batch fits
+    /// in one entry's zxids and holds no batch.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            Command::Batch(commands) if commands.len() > zxid::MAX_BATCH => {
+                Err(format!("a batch of {} commands, over the {} an entry holds", commands.len(), zxid::MAX_BATCH))
+            }
+            Command::Batch(commands) if commands.iter().any(|c| matches!(c, Command::Batch(_))) => {
+                Err("a batch inside a batch".into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The encodings of [`Command`] and [`CommandResult`] as they are decoded: the same variants in
+/// the same order (so the same bytes as the derived encoding), with a batch's items of a type
+/// that has no batch variant. Decoding is therefore at most two levels deep.
+mod wire {
+    use serde::Deserialize;
+
+    use super::{ErrorCode, OpResult, TreeOp};
+
+    #[derive(Deserialize)]
+    pub enum Command {
+        CreateSession { session_id: i64, timeout_ms: i32, password: Vec<u8> },
+        CloseSession { session_id: i64 },
+        Ops { session_id: i64, time_ms: i64, multi: bool, ops: Vec<TreeOp> },
+        Batch(Vec<Single>),
+    }
+
+    /// A command that is not a batch.
+    #[derive(Deserialize)]
+    pub enum Single {
+        CreateSession { session_id: i64, timeout_ms: i32, password: Vec<u8> },
+        CloseSession { session_id: i64 },
+        Ops { session_id: i64, time_ms: i64, multi: bool, ops: Vec<TreeOp> },
+    }
+
+    impl From<Single> for super::Command {
+        fn from(c: Single) -> Self {
+            match c {
+                Single::CreateSession { session_id, timeout_ms, password } => {
+                    super::Command::CreateSession { session_id, timeout_ms, password }
+                }
+                Single::CloseSession { session_id } => super::Command::CloseSession { session_id },
+                Single::Ops { session_id, time_ms, multi, ops } => {
+                    super::Command::Ops { session_id, time_ms, multi, ops }
+                }
+            }
+        }
+    }
+
+    impl From<Command> for super::Command {
+        fn from(c: Command) -> Self {
+            match c {
+                Command::CreateSession { session_id, timeout_ms, password } => {
+                    Single::CreateSession { session_id, timeout_ms, password }.into()
+                }
+                Command::CloseSession { session_id } => Single::CloseSession { session_id }.into(),
+                Command::Ops { session_id, time_ms, multi, ops } => {
+                    Single::Ops { session_id, time_ms, multi, ops }.into()
+                }
+                Command::Batch(items) => super::Command::Batch(items.into_iter().map(Into::into).collect()),
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub enum CommandResult {
+        SessionCreated,
+        SessionClosed,
+        Applied(Vec<OpResult>),
+        Failed(ErrorCode),
+        MultiFailed(Vec<ErrorCode>),
+        Batch(Vec<SingleResult>),
+    }
+
+    #[derive(Deserialize)]
+    pub enum SingleResult {
+        SessionCreated,
+        SessionClosed,
+        Applied(Vec<OpResult>),
+        Failed(ErrorCode),
+        MultiFailed(Vec<ErrorCode>),
+    }
+
+    impl From<SingleResult> for super::CommandResult {
+        fn from(r: SingleResult) -> Self {
+            match r {
+                SingleResult::SessionCreated => super::CommandResult::SessionCreated,
+                SingleResult::SessionClosed => super::CommandResult::SessionClosed,
+                SingleResult::Applied(ops) => super::CommandResult::Applied(ops),
+                SingleResult::Failed(code) => super::CommandResult::Failed(code),
+                SingleResult::MultiFailed(codes) => super::CommandResult::MultiFailed(codes),
+            }
+        }
+    }
+
+    impl From<CommandResult> for super::CommandResult {
+        fn from(r: CommandResult) -> Self {
+            match r {
+                CommandResult::SessionCreated => SingleResult::SessionCreated.into(),
+                CommandResult::SessionClosed => SingleResult::SessionClosed.into(),
+                CommandResult::Applied(ops) => SingleResult::Applied(ops).into(),
+                CommandResult::Failed(code) => SingleResult::Failed(code).into(),
+                CommandResult::MultiFailed(codes) => SingleResult::MultiFailed(codes).into(),
+                CommandResult::Batch(items) => super::CommandResult::Batch(items.into_iter().map(Into::into).collect()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(session_id: i64) -> Command {
+        Command::Ops {
+            session_id,
+            time_ms: 7,
+            multi: false,
+            ops: vec![TreeOp::Create { path: "/a".into(), data: b"x".to_vec(), acl: vec![], flags: 0 }],
+        }
+    }
+
+    #[test]
+    fn batches_round_trip_in_the_derived_encoding() {
+        let batch = Command::Batch(vec![ops(1), Command::CloseSession { session_id: 2 }]);
+        let bytes = bincode::serialize(&batch).expect("encode");
+        let back: Command = bincode::deserialize(&bytes).expect("decode");
+        assert_eq!(bincode::serialize(&back).expect("encode"), bytes);
+        let result = CommandResult::Batch(vec![CommandResult::SessionClosed, CommandResult::Failed(ErrorCode::NoNode)]);
+        let bytes = bincode::serialize(&result).expect("encode");
+        assert_eq!(bincode::deserialize::<CommandResult>(&bytes).expect("decode"), result);
+    }
+
+    #[test]
+    fn nested_batches_are_refused_without_recursing() {
+        // Batch(Batch(Batch(…))) 200,000 deep, as bincode writes it: variant 3, one item.
+        let mut bytes = Vec::new();
+        for _ in 0..200_000 {
+            bytes.extend_from_slice(&3u32.to_le_bytes());
+            bytes.extend_from_slice(&1u64.to_le_bytes());
+        }
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&5i64.to_le_bytes());
+        assert!(bincode::deserialize::<Command>(&bytes).is_err());
+        let mut results = Vec::new();
+        for _ in 0..200_000 {
+            results.extend_from_slice(&5u32.to_le_bytes());
+            results.extend_from_slice(&1u64.to_le_bytes());
+        }
+        assert!(bincode::deserialize::<CommandResult>(&results).is_err());
+    }
+
+    #[test]
+    fn an_oversized_batch_is_refused() {
+        assert!(Command::Batch(vec![ops(1); zxid::MAX_BATCH]).check().is_ok());
+        assert!(Command::Batch(vec![ops(1); zxid::MAX_BATCH + 1]).check().is_err());
+    }
 }
 
 /// A change to the tree that watches may be waiting for.

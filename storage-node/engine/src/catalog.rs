@@ -6,13 +6,25 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::error::{EngineError, Result};
+use crate::names::escape_for_file_name;
 use crate::schema::TableDef;
 use crate::table::{Table, TABLE_DEF_FILE};
 
 pub const DATABASE: &str = "default";
+
+/// A dropped table's directory is renamed to this prefix before it is deleted. Escaped table
+/// names never start with `.`, so no table's directory looks like one.
+const DROPPED_PREFIX: &str = ".dropped_";
+
+/// A table directory that was found at open but could not be loaded.
+#[derive(Debug, Clone)]
+pub struct UnopenedTable {
+    pub dir: PathBuf,
+    pub error: String,
+}
 
 /// The tables by name, shared with the merge pool's periodic rescan.
 type Tables = Arc<RwLock<BTreeMap<String, Arc<Table>>>>;
@@ -20,33 +32,50 @@ type Tables = Arc<RwLock<BTreeMap<String, Arc<Table>>>>;
 pub struct Catalog {
     root: PathBuf,
     tables: Tables,
+    unopened: Vec<UnopenedTable>,
     merges: MergePool,
 }
 
 impl Catalog {
-    /// Opens (or creates) the database under `path`, loading every table.
+    /// Opens (or creates) the database under `path`, loading every table. A table that cannot
+    /// be opened (a corrupt `table.json`, say) is logged, listed by
+    /// [`unopened`](Self::unopened) and left on disk untouched; the others open.
     pub fn open(path: &Path, merge_threads: usize) -> Result<Catalog> {
         let root = path.join("data").join(DATABASE);
         std::fs::create_dir_all(&root).map_err(EngineError::io(&root))?;
         let mut tables = BTreeMap::new();
+        let mut unopened = Vec::new();
         for entry in std::fs::read_dir(&root).map_err(EngineError::io(&root))? {
             let entry = entry.map_err(EngineError::io(&root))?;
             let dir = entry.path();
             if dir.join(TABLE_DEF_FILE).exists() {
-                let table = Table::open(&dir)?;
-                tables.insert(table.name().to_string(), Arc::new(table));
-            } else if entry.file_name().to_string_lossy().starts_with(".dropped_") {
+                match Table::open(&dir) {
+                    Ok(table) => {
+                        tables.insert(table.name().to_string(), Arc::new(table));
+                    }
+                    Err(e) => {
+                        error!(dir = %dir.display(), error = %e, "cannot open this table: it is skipped, its files are kept");
+                        unopened.push(UnopenedTable { dir, error: e.to_string() });
+                    }
+                }
+            } else if entry.file_name().to_string_lossy().starts_with(DROPPED_PREFIX) {
                 // A DROP TABLE that crashed after the rename.
                 std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
             }
         }
+        metrics::gauge!("mergestream_engine_tables_unopened").set(unopened.len() as f64);
         let tables: Tables = Arc::new(RwLock::new(tables));
         let merges = MergePool::start(merge_threads, MERGE_ASSIGN_DELAY, tables.clone());
-        let catalog = Catalog { root, tables, merges };
+        let catalog = Catalog { root, tables, unopened, merges };
         for table in catalog.tables() {
             catalog.schedule_merges(&table);
         }
         Ok(catalog)
+    }
+
+    /// The tables found on disk that could not be opened, and why.
+    pub fn unopened(&self) -> &[UnopenedTable] {
+        &self.unopened
     }
 
     pub fn tables(&self) -> Vec<Arc<Table>> {
@@ -71,15 +100,16 @@ impl Catalog {
                 Err(EngineError::TableExists(format!("{DATABASE}.{}", def.name)))
             };
         }
+        crate::names::validate_table_name(&def.name)?;
         def.validate()?;
-        let dir = self.root.join(&def.name);
+        // Creating a table never deletes: a directory already there belongs to something the
+        // catalog does not know (a table that failed to open, or another program's files).
+        let dir = self.root.join(escape_for_file_name(&def.name));
         if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
+            return Err(EngineError::DirectoryInTheWay { table: format!("{DATABASE}.{}", def.name), dir });
         }
         let name = def.name.clone();
-        let table = Table::create(&dir, def).inspect_err(|_| {
-            let _ = std::fs::remove_dir_all(&dir);
-        })?;
+        let table = Table::create(&dir, def)?;
         info!(table = %name, "created table");
         tables.insert(name, Arc::new(table));
         Ok(())
@@ -96,7 +126,7 @@ impl Catalog {
         };
         table.stop_merges_and_wait();
         // Renamed first, so a crash midway leaves no half table behind.
-        let trash = self.root.join(format!(".dropped_{name}"));
+        let trash = self.root.join(format!("{DROPPED_PREFIX}{}", escape_for_file_name(name)));
         std::fs::rename(table.dir(), &trash).map_err(EngineError::io(&trash))?;
         std::fs::remove_dir_all(&trash).map_err(EngineError::io(&trash))?;
         info!(table = name, "dropped table");

@@ -80,8 +80,8 @@ impl LocalCommitter {
         let log_path = dir.join(DEDUP_LOG);
         match std::fs::read_to_string(&log_path) {
             Ok(text) => {
-                for id in text.lines().filter(|l| !l.is_empty()) {
-                    state.remember(id.to_string(), window);
+                for line in text.lines().filter(|l| !l.is_empty()) {
+                    state.remember(decode_log_line(line), window);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -124,11 +124,11 @@ impl BlockCommitter for LocalCommitter {
         // The log is rewritten from the window when it grows well past it, so it stays small.
         let mut file =
             std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(EngineError::io(&path))?;
-        writeln!(file, "{id}").map_err(EngineError::io(&path))?;
+        writeln!(file, "{}", encode_log_line(id)).map_err(EngineError::io(&path))?;
         file.sync_data().map_err(EngineError::io(&path))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         if size > (self.window as u64 + 16) * 256 {
-            let text: String = state.recent.iter().map(|id| format!("{id}\n")).collect();
+            let text: String = state.recent.iter().map(|id| format!("{}\n", encode_log_line(id))).collect();
             let tmp = self.dir.join(format!("{DEDUP_LOG}.tmp"));
             crate::part::write_synced(&tmp, text.as_bytes())?;
             std::fs::rename(&tmp, &path).map_err(EngineError::io(&path))?;
@@ -137,6 +137,23 @@ impl BlockCommitter for LocalCommitter {
     }
 
     fn abandoned(&self, _block: u64) {}
+}
+
+/// A dedup id as one line of the log: a JSON string, so that any id (a newline in it, say)
+/// reads back as the one id it was.
+fn encode_log_line(id: &str) -> String {
+    serde_json::Value::String(id.to_string()).to_string()
+}
+
+/// A line of the log. Lines not in quotes were written before ids were framed; they hold one
+/// id each, as written.
+fn decode_log_line(line: &str) -> String {
+    if line.starts_with('"') {
+        if let Ok(id) = serde_json::from_str::<String>(line) {
+            return id;
+        }
+    }
+    line.to_string()
 }
 
 #[cfg(test)]
@@ -157,6 +174,33 @@ mod tests {
         assert_eq!(reopened.allocate(Some("a")).expect("a"), BlockAllocation::Duplicate);
         assert_eq!(reopened.allocate(Some("b")).expect("b"), BlockAllocation::Duplicate);
         assert_eq!(reopened.allocate(Some("c")).expect("c"), BlockAllocation::Block(5));
+    }
+
+    #[test]
+    fn any_id_round_trips_through_the_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let name = PartName::parse("all_1_1_0").expect("name");
+        let committer = LocalCommitter::open(dir.path(), 10, 0, vec![]).expect("open");
+        for (block, id) in (1..).zip(["a\nb", "\"q\"", "\\", "\r", ""]) {
+            assert_eq!(committer.allocate(Some(id)).expect("allocate"), BlockAllocation::Block(block));
+            committer.committed(block, Some(id), &name).expect("commit");
+        }
+        drop(committer);
+        let reopened = LocalCommitter::open(dir.path(), 10, 5, vec![]).expect("reopen");
+        for id in ["a\nb", "\"q\"", "\\", "\r", ""] {
+            assert_eq!(reopened.allocate(Some(id)).expect("dup"), BlockAllocation::Duplicate, "{id:?}");
+        }
+        for id in ["a", "b", "q", "\"q"] {
+            assert!(matches!(reopened.allocate(Some(id)).expect("new"), BlockAllocation::Block(_)), "{id:?}");
+        }
+    }
+
+    #[test]
+    fn unframed_lines_of_an_older_log_still_count() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(DEDUP_LOG), "all_old\n").expect("write");
+        let committer = LocalCommitter::open(dir.path(), 10, 0, vec![]).expect("open");
+        assert_eq!(committer.allocate(Some("all_old")).expect("old"), BlockAllocation::Duplicate);
     }
 
     #[test]

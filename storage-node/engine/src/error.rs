@@ -16,6 +16,13 @@ pub enum EngineError {
     #[error("{0}")]
     BadTableDefinition(String),
 
+    #[error("bad table name '{name}': {message}")]
+    BadTableName { name: String, message: String },
+
+    /// A directory in the way of a new table: a table that failed to open, or something else.
+    #[error("cannot create table {table}: {dir} already exists and is not a table of this node; move it away first")]
+    DirectoryInTheWay { table: String, dir: PathBuf },
+
     #[error("table {0} already exists")]
     TableExists(String),
 

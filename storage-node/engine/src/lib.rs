@@ -10,6 +10,7 @@ pub mod commit;
 pub mod error;
 pub mod key_expr;
 pub mod merge;
+pub mod names;
 pub mod part;
 pub mod schema;
 pub mod settings;

@@ -11,6 +11,10 @@ pub enum QueryError {
     #[error("syntax error at {line}:{column}: {message}")]
     Syntax { line: usize, column: usize, message: String },
 
+    /// A statement past one of ClickHouse's query limits (`max_ast_depth` and the others).
+    #[error("at {line}:{column}: {message}")]
+    Limit { line: usize, column: usize, message: String },
+
     #[error("{0}")]
     Engine(#[from] EngineError),
 

@@ -18,6 +18,7 @@ use crate::exec::empty_aggregates::clickhouse_empty_results;
 use crate::format::{write_result, OutputFormat};
 use crate::input::{self, build_block, insert_columns};
 use crate::sql::lexer::{line_col, tokenize, Token};
+use crate::sql::limits::QueryLimits;
 use crate::sql::rewrite::rewrite_select;
 use crate::sql::statement::{parse_statement, Insert, InsertSource, PartitionSpec, Statement};
 
@@ -143,6 +144,7 @@ impl Session {
                 tokens.truncate(i + 2);
             }
         }
+        crate::sql::limits::check_statement(script, start, end, &tokens, &QueryLimits::default())?;
         let statement = parse_statement(script, &tokens, end)?;
         let mut out = String::new();
         match statement {

@@ -12,20 +12,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::compute::concat_batches;
-use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
+use coordinator_client::offset::validate_node_path;
 use coordinator_client::{Keeper, KeeperError, OffsetRecord};
 use mergestream_engine::{Catalog, EngineError, InsertOptions, PreparedInsert, Table};
 use mergestream_proto::ingest::ingest_server::Ingest;
 use mergestream_proto::ingest::{
     CreateTableRequest, DescribeTableRequest, InsertReply, InsertRequest, QueryReply, QueryRequest, TableSchema,
 };
+use mergestream_proto::refusal::Reason;
 use mergestream_query::{OutputFormat, Session};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// What a prepared insert records about the offset commit it waits for.
 #[derive(Debug, Serialize, Deserialize)]
@@ -71,16 +72,52 @@ impl Coordinator {
         }
     }
 
-    async fn read_offset(&self, path: &str) -> Result<Option<(OffsetRecord, i32)>, KeeperError> {
+    async fn read_offset(&self, path: &str) -> Result<Option<(OffsetRecord, i32)>, OffsetReadError> {
         let k = self.keeper().await?;
         match k.get(path).await {
-            Ok(v) => Ok(v.map(|v| (OffsetRecord::decode(&v.data).unwrap_or_default(), v.version))),
+            Ok(None) => Ok(None),
+            Ok(Some(v)) => match OffsetRecord::decode(&v.data) {
+                Ok(record) => Ok(Some((record, v.version))),
+                Err(message) => {
+                    metrics::counter!("mergestream_storage_corrupt_offset_records_total").increment(1);
+                    Err(OffsetReadError::Corrupt { path: path.to_string(), message })
+                }
+            },
             Err(e) => {
                 self.forget_if_lost(&e).await;
-                Err(e)
+                Err(e.into())
             }
         }
     }
+}
+
+/// Why an offset node could not be read back.
+#[derive(Debug, thiserror::Error)]
+enum OffsetReadError {
+    #[error(transparent)]
+    Keeper(#[from] KeeperError),
+    #[error("offset node {path} is damaged: {message}")]
+    Corrupt { path: String, message: String },
+}
+
+impl OffsetReadError {
+    /// Worth trying again: the coordinator may answer in a moment.
+    fn is_transient(&self) -> bool {
+        match self {
+            OffsetReadError::Keeper(e) => {
+                e.is_connection_loss() || e.is_session_lost() || matches!(e, KeeperError::Connect { .. })
+            }
+            OffsetReadError::Corrupt { .. } => false,
+        }
+    }
+}
+
+/// Why a prepared insert left by the last run is not decided at startup.
+enum Unresolved {
+    /// Kept on disk, for a later start or a person to decide.
+    Kept(String),
+    /// The coordinator did not answer: the node does not start without deciding.
+    Coordinator(String),
 }
 
 pub struct IngestService {
@@ -94,7 +131,11 @@ pub struct IngestService {
 fn engine_status(e: EngineError) -> Status {
     match &e {
         EngineError::TooManyParts { .. } => Status::resource_exhausted(e.to_string()),
-        EngineError::BadInsert { .. } | EngineError::UnknownTable(_) => Status::invalid_argument(e.to_string()),
+        EngineError::BadInsert { .. }
+        | EngineError::UnknownTable(_)
+        | EngineError::BadTableName { .. }
+        | EngineError::BadTableDefinition(_) => Status::invalid_argument(e.to_string()),
+        EngineError::DirectoryInTheWay { .. } => Status::failed_precondition(e.to_string()),
         _ => Status::internal(e.to_string()),
     }
 }
@@ -108,18 +149,16 @@ fn schema_bytes(table: &Table) -> Result<Vec<u8>, Status> {
     Ok(bytes)
 }
 
-fn decode_block(table: &Table, bytes: &[u8]) -> Result<RecordBatch, Status> {
-    let bad =
-        |e: arrow::error::ArrowError| Status::invalid_argument(format!("the block is not an Arrow IPC stream: {e}"));
-    let reader = StreamReader::try_new(bytes, None).map_err(bad)?;
-    let batches = reader.collect::<Result<Vec<_>, _>>().map_err(bad)?;
+/// The writer's Arrow IPC stream as the table's block, its columns matched by name.
+fn decode_block(table: &Table, bytes: Vec<u8>) -> Result<RecordBatch, Status> {
+    let batches = crate::ipc::decode_stream(bytes)
+        .map_err(|e| Status::invalid_argument(format!("the block is not an Arrow IPC stream: {e}")))?;
     let schema = table.user_schema();
-    // The sender's field metadata may differ; the engine checks names and types.
     let batches: Vec<RecordBatch> = batches
-        .into_iter()
-        .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+        .iter()
+        .map(|b| mergestream_query::input::conform_block(table, b))
         .collect::<Result<_, _>>()
-        .map_err(|e| Status::invalid_argument(format!("the block does not match table {}: {e}", table.name())))?;
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
     concat_batches(&schema, &batches).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
@@ -141,34 +180,65 @@ impl IngestService {
     }
 
     /// Commits or drops the prepared inserts a crash left behind, by the attempt in each one's
-    /// offset node. Runs before the service accepts inserts.
+    /// offset node. Runs before the service accepts inserts. A prepared insert that cannot be
+    /// decided (no coordinator, a record or offset node that cannot be read) is kept on disk
+    /// and logged, never dropped: its block may be the one its offset node says is in.
+    /// Fails only when the coordinator cannot be reached, so that a restart tries again.
     pub async fn recover(&self) -> anyhow::Result<()> {
+        let mut unresolved = 0usize;
         for table in self.catalog.tables() {
             let t = table.clone();
             let prepared = blocking(move || t.prepared_inserts()).await??;
             for p in prepared {
-                let Some(coordinator) = &self.coordinator else {
-                    warn!(table = table.name(), "a prepared insert without a coordinator to decide it: dropped");
-                    let t = table.clone();
-                    blocking(move || t.abort_prepared(p)).await?;
-                    continue;
-                };
-                let pending: PendingCommit = serde_json::from_str(&p.record.context)?;
-                let committed = coordinator
-                    .read_offset(&pending.path)
-                    .await?
-                    .is_some_and(|(record, _)| record.attempt == pending.attempt);
-                info!(table = table.name(), token = pending.token, committed, "resolving a prepared insert");
-                let t = table.clone();
-                if committed {
-                    blocking(move || t.commit_prepared(p)).await??;
-                } else {
-                    blocking(move || t.abort_prepared(p)).await?;
+                match self.resolve_prepared(&table, p).await {
+                    Ok(()) => {}
+                    Err(Unresolved::Kept(why)) => {
+                        unresolved += 1;
+                        error!(table = table.name(), why, "a prepared insert is kept undecided");
+                    }
+                    Err(Unresolved::Coordinator(e)) => {
+                        return Err(anyhow::anyhow!("the coordinator cannot tell the fate of a prepared insert: {e}"));
+                    }
                 }
             }
             self.catalog.schedule_merges(&table);
         }
+        metrics::gauge!("mergestream_storage_unresolved_prepared_inserts").set(unresolved as f64);
         Ok(())
+    }
+
+    async fn resolve_prepared(&self, table: &Arc<Table>, p: PreparedInsert) -> Result<(), Unresolved> {
+        let Some(coordinator) = &self.coordinator else {
+            return Err(Unresolved::Kept(format!(
+                "{} rows wait for an offset commit, and this node has no coordinator to ask whether it happened: \
+                 start it with --coordinator to decide",
+                p.record.rows
+            )));
+        };
+        let pending: PendingCommit = serde_json::from_str(&p.record.context)
+            .map_err(|e| Unresolved::Kept(format!("its record of the offset commit cannot be read: {e}")))?;
+        validate_node_path(&pending.path).map_err(|e| Unresolved::Kept(format!("its offset path is invalid: {e}")))?;
+        let committed = match coordinator.read_offset(&pending.path).await {
+            Ok(current) => current.is_some_and(|(record, _)| record.attempt == pending.attempt),
+            Err(e) if e.is_transient() => return Err(Unresolved::Coordinator(e.to_string())),
+            Err(e) => return Err(Unresolved::Kept(e.to_string())),
+        };
+        info!(table = table.name(), token = pending.token, committed, "resolving a prepared insert");
+        let t = table.clone();
+        let done = if committed {
+            blocking(move || t.commit_prepared(p).map(drop)).await
+        } else {
+            blocking(move || {
+                t.abort_prepared(p);
+                Ok(())
+            })
+            .await
+        };
+        match done {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Unresolved::Kept(e.to_string())),
+            Err(e) => Err(Unresolved::Kept(e.to_string())),
+        }
     }
 
     /// Prepares the block, moves the offset node, then activates the parts. The steps run as
@@ -182,10 +252,12 @@ impl IngestService {
         token: String,
         offset: mergestream_proto::ingest::OffsetCommit,
     ) -> Result<InsertReply, Status> {
-        let coordinator = self
-            .coordinator
-            .clone()
-            .ok_or_else(|| Status::failed_precondition("this storage node has no coordinator (--coordinator)"))?;
+        validate_node_path(&offset.path).map_err(|e| Status::invalid_argument(format!("the offset path: {e}")))?;
+        let coordinator = self.coordinator.clone().ok_or_else(|| {
+            Reason::NoCoordinator.status(
+                "this storage node was started without --coordinator, so it cannot commit source offsets".into(),
+            )
+        })?;
         tokio::spawn(commit_with_offset(coordinator, table, batch, token, offset))
             .await
             .map_err(|e| Status::internal(format!("insert task failed: {e}")))?
@@ -219,11 +291,29 @@ async fn commit_with_offset(
             metrics::counter!("mergestream_storage_blocks_committed_total").increment(1);
             Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version: version })
         }
-        Err(e) => {
+        Err(e) if e.is_no_node() => {
+            blocking(move || table.abort_prepared(prepared)).await?;
+            metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
+            Err(Reason::OffsetNodeMissing.status(format!(
+                "offset node {} does not exist: the writer creates it before its first block",
+                offset.path
+            )))
+        }
+        Err(e) if e.is_bad_version() || is_outcome_unknown(&e) => {
             coordinator.forget_if_lost(&e).await;
             settle_unknown(&coordinator, table, prepared, &offset, &pending, e).await
         }
+        Err(e) => {
+            // The coordinator answered, and the write did not happen.
+            blocking(move || table.abort_prepared(prepared)).await?;
+            Err(Status::internal(format!("cannot commit the offset: {e}")))
+        }
     }
+}
+
+/// The write may or may not have been applied: only reading the node back tells.
+fn is_outcome_unknown(e: &KeeperError) -> bool {
+    e.is_connection_loss() || e.is_session_lost() || matches!(e, KeeperError::Connect { .. })
 }
 
 /// After a failed compare-and-set: reads the offset node back. If it names this attempt,
@@ -241,13 +331,24 @@ async fn settle_unknown(
     let current = loop {
         match coordinator.read_offset(&offset.path).await {
             Ok(current) => break current,
-            Err(e) if Instant::now() < deadline => {
+            Err(e) if e.is_transient() && Instant::now() < deadline => {
                 warn!(path = offset.path, error = %e, "cannot read the offset node back yet");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(e) => {
+            Err(e) if e.is_transient() => {
                 // Left prepared: the next start decides it from the offset node.
                 return Err(Status::unavailable(format!("the coordinator cannot be reached: {e}")));
+            }
+            Err(e) if error.is_bad_version() => {
+                // The version check failed: this attempt wrote nothing, whatever the node holds.
+                blocking(move || table.abort_prepared(prepared)).await?;
+                return Err(Reason::CorruptOffsetRecord.status(e.to_string()));
+            }
+            Err(e) => {
+                // Whether this attempt committed cannot be known: kept prepared, for a person
+                // (or the next start, once the node is repaired) to decide.
+                error!(path = offset.path, error = %e, "an insert is kept prepared: its offset node cannot be read");
+                return Err(Reason::CorruptOffsetRecord.status(e.to_string()));
             }
         }
     };
@@ -263,14 +364,43 @@ async fn settle_unknown(
             metrics::counter!("mergestream_storage_blocks_duplicate_total").increment(1);
             Ok(InsertReply { rows: 0, parts: Vec::new(), duplicate: true, offset_version: version })
         }
-        current => {
+        Some((record, version)) => {
             blocking(move || table.abort_prepared(prepared)).await?;
             metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
-            let found = current.map_or("missing".to_string(), |(r, v)| format!("at version {v} (next {})", r.next));
-            Err(Status::failed_precondition(format!(
-                "offset node {} is {found}, not at version {}: another writer moved it ({error})",
-                offset.path, offset.expected_version
+            Err(Reason::StaleVersion.status(format!(
+                "offset node {} is at version {version} (next {}), not at version {}: another writer moved it ({error})",
+                offset.path, record.next, offset.expected_version
             )))
+        }
+        None => {
+            blocking(move || table.abort_prepared(prepared)).await?;
+            metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
+            Err(Reason::OffsetNodeMissing.status(format!(
+                "offset node {} does not exist: the writer creates it before its first block",
+                offset.path
+            )))
+        }
+    }
+}
+
+/// Runs a request's handler; a panic in it is answered as INTERNAL and logged, and the node
+/// goes on serving (blocking sections already come back as errors from `spawn_blocking`).
+async fn guarded<T>(
+    method: &'static str,
+    handler: impl std::future::Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(handler).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            error!(method, message, "a request handler panicked");
+            metrics::counter!("mergestream_storage_handler_panics_total").increment(1);
+            Err(Status::internal(format!("{method} failed inside the storage node: {message}")))
         }
     }
 }
@@ -278,8 +408,31 @@ async fn settle_unknown(
 #[tonic::async_trait]
 impl Ingest for IngestService {
     async fn create_table(&self, request: Request<CreateTableRequest>) -> Result<Response<TableSchema>, Status> {
+        guarded("CreateTable", self.handle_create_table(request)).await
+    }
+
+    async fn describe_table(&self, request: Request<DescribeTableRequest>) -> Result<Response<TableSchema>, Status> {
+        guarded("DescribeTable", self.handle_describe_table(request)).await
+    }
+
+    async fn insert(&self, request: Request<InsertRequest>) -> Result<Response<InsertReply>, Status> {
+        guarded("Insert", self.handle_insert(request)).await
+    }
+
+    async fn query(&self, request: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+        guarded("Query", self.handle_query(request)).await
+    }
+}
+
+impl IngestService {
+    async fn handle_create_table(&self, request: Request<CreateTableRequest>) -> Result<Response<TableSchema>, Status> {
         let ddl = request.into_inner().ddl;
-        let (def, _) = mergestream_query::sql::parse_create_table_statement(&ddl)
+        // Parsed where queries are: on a thread with the stack a statement within the limits needs.
+        let (def, _) = self
+            .queries
+            .spawn_blocking(move || mergestream_query::sql::parse_create_table_statement(&ddl))
+            .await
+            .map_err(|e| Status::internal(format!("the DDL's parser failed: {e}")))?
             .map_err(|e| Status::invalid_argument(format!("in the DDL: {e}")))?;
         let name = def.name.clone();
         let catalog = self.catalog.clone();
@@ -288,20 +441,23 @@ impl Ingest for IngestService {
         Ok(Response::new(TableSchema { table: name, arrow_schema: schema_bytes(&table)? }))
     }
 
-    async fn describe_table(&self, request: Request<DescribeTableRequest>) -> Result<Response<TableSchema>, Status> {
+    async fn handle_describe_table(
+        &self,
+        request: Request<DescribeTableRequest>,
+    ) -> Result<Response<TableSchema>, Status> {
         let name = request.into_inner().table;
         let table = self.table(&name)?;
         Ok(Response::new(TableSchema { table: name, arrow_schema: schema_bytes(&table)? }))
     }
 
-    async fn insert(&self, request: Request<InsertRequest>) -> Result<Response<InsertReply>, Status> {
+    async fn handle_insert(&self, request: Request<InsertRequest>) -> Result<Response<InsertReply>, Status> {
         let began = Instant::now();
         let request = request.into_inner();
         let table = self.table(&request.table)?;
         let merged_later = table.clone();
         let t = table.clone();
         let bytes = request.arrow_ipc;
-        let batch = blocking(move || decode_block(&t, &bytes)).await??;
+        let batch = blocking(move || decode_block(&t, bytes)).await??;
         let token = (!request.deduplication_token.is_empty()).then_some(request.deduplication_token);
         let reply = match (request.offset, token) {
             (Some(offset), Some(token)) => self.insert_with_offset(table, batch, token, offset).await?,
@@ -325,7 +481,7 @@ impl Ingest for IngestService {
         Ok(Response::new(reply))
     }
 
-    async fn query(&self, request: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+    async fn handle_query(&self, request: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
         let request = request.into_inner();
         let format = OutputFormat::parse(if request.format.is_empty() { "TSV" } else { &request.format })
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -341,5 +497,59 @@ impl Ingest for IngestService {
             .map_err(|e| Status::internal(format!("query task failed: {e}")))?
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(Response::new(QueryReply { output }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, UInt64Array};
+    use mergestream_engine::{Catalog, InsertOptions};
+
+    use super::*;
+
+    fn catalog_with_prepared(dir: &std::path::Path, context: &str) -> Arc<Catalog> {
+        let catalog = Arc::new(Catalog::open(dir, 0).expect("catalog"));
+        let (def, _) = mergestream_query::sql::parse_create_table_statement(
+            "CREATE TABLE t (x UInt64) ENGINE = MergeTree ORDER BY x",
+        )
+        .expect("ddl");
+        catalog.create_table(def, false).expect("create");
+        let table = catalog.table("t").expect("table");
+        let column: ArrayRef = Arc::new(UInt64Array::from_iter_values(0..10));
+        let batch = RecordBatch::try_new(table.user_schema(), vec![column]).expect("batch");
+        let options = InsertOptions { deduplication_token: Some("p:t:topic:0:0-9".into()) };
+        table.prepare_insert(batch, &options, context).expect("prepare");
+        catalog
+    }
+
+    async fn recover(catalog: Arc<Catalog>, coordinator: Option<Arc<Coordinator>>) -> anyhow::Result<()> {
+        IngestService::new(catalog, coordinator, tokio::runtime::Handle::current()).recover().await
+    }
+
+    #[tokio::test]
+    async fn without_a_coordinator_a_prepared_insert_is_kept_not_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let context = r#"{"path":"/offsets/t/0","token":"p:t:topic:0:0-9","attempt":"a-1"}"#;
+        let catalog = catalog_with_prepared(dir.path(), context);
+        recover(catalog.clone(), None).await.expect("the node opens");
+        let table = catalog.table("t").expect("table");
+        assert_eq!(table.prepared_inserts().expect("list").len(), 1, "kept for a start with a coordinator");
+        assert!(table.parts_info().is_empty(), "and not made visible either");
+    }
+
+    #[tokio::test]
+    async fn a_prepared_insert_with_a_bad_record_does_not_stop_the_node() {
+        for context in
+            ["not json", r#"{"path":"a","token":"t","attempt":"a"}"#, r#"{"path":"/a//b","token":"t","attempt":"a"}"#]
+        {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let catalog = catalog_with_prepared(dir.path(), context);
+            // The coordinator is never asked: the record is refused before (no server runs there).
+            let coordinator = Arc::new(Coordinator::new("127.0.0.1:1".into(), Duration::from_secs(1)));
+            recover(catalog.clone(), Some(coordinator)).await.expect("the node opens");
+            assert_eq!(catalog.table("t").expect("table").prepared_inserts().expect("list").len(), 1, "{context}");
+        }
     }
 }

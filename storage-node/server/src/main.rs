@@ -3,6 +3,7 @@
 //! `storage-node serve` keeps the data directory open and serves the gRPC insert service.
 
 mod ingest;
+mod ipc;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use mergestream_engine::Catalog;
-use mergestream_query::{OutputFormat, Session};
+use mergestream_query::{OutputFormat, Session, QUERY_THREAD_STACK};
 
 #[derive(Parser)]
 #[command(name = "storage-node", version, about = "The mergestream storage node")]
@@ -36,8 +37,9 @@ struct ClientArgs {
     /// The storage node's gRPC address.
     #[arg(long, default_value = "127.0.0.1:9100")]
     addr: String,
+    /// Statements separated by ';'; read from standard input when absent.
     #[arg(long)]
-    query: String,
+    query: Option<String>,
     /// Output format: TSV, TSVWithNames, CSV, JSONEachRow, PrettyCompact.
     #[arg(long, default_value = "TSV")]
     format: String,
@@ -109,27 +111,49 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_local(args: LocalArgs) -> anyhow::Result<()> {
-    let format = OutputFormat::parse(&args.format)?;
-    let script = match args.query {
-        Some(q) => q,
+/// The statements of `--query`, or of standard input without it.
+fn script_of(query: Option<String>) -> anyhow::Result<String> {
+    match query {
+        Some(q) => Ok(q),
         None => {
             let mut text = String::new();
             std::io::stdin().read_to_string(&mut text).context("cannot read statements from standard input")?;
-            text
+            Ok(text)
         }
-    };
+    }
+}
+
+fn run_local(args: LocalArgs) -> anyhow::Result<()> {
+    let format = OutputFormat::parse(&args.format)?;
+    let script = script_of(args.query)?;
     let catalog = Arc::new(
         Catalog::open(&args.path, args.merge_threads)
             .with_context(|| format!("cannot open the data directory {}", args.path.display()))?,
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_stack_size(QUERY_THREAD_STACK)
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
+    // The script runs on a thread of the query stack's size, not on the main thread.
+    std::thread::Builder::new()
+        .name("local".into())
+        .stack_size(QUERY_THREAD_STACK)
+        .spawn(move || run_script(runtime, catalog, format, script, args.time))
+        .context("cannot start the query thread")?
+        .join()
+        .map_err(|_| anyhow::anyhow!("the query thread panicked"))?
+}
+
+fn run_script(
+    runtime: tokio::runtime::Runtime,
+    catalog: Arc<Catalog>,
+    format: OutputFormat,
+    script: String,
+    show_time: bool,
+) -> anyhow::Result<()> {
     let mut session = Session::new(catalog, format);
-    let show_time = args.time;
     let mut stdout = std::io::stdout().lock();
     let mut write_error = None;
     let result = runtime.block_on(session.run_script(&script, |_, text, elapsed| {
@@ -163,6 +187,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let queries = tokio::runtime::Builder::new_multi_thread()
         .thread_name("query")
+        .thread_stack_size(QUERY_THREAD_STACK)
         .enable_all()
         .build()
         .context("cannot start the query runtime")?;
@@ -205,8 +230,10 @@ fn run_client(args: ClientArgs) -> anyhow::Result<()> {
         let url = format!("http://{}", args.addr);
         let mut client = mergestream_proto::ingest::ingest_client::IngestClient::connect(url)
             .await
-            .with_context(|| format!("cannot connect to the storage node at {}", args.addr))?;
-        let request = mergestream_proto::ingest::QueryRequest { sql: args.query, format: args.format };
+            .with_context(|| format!("cannot connect to the storage node at {}", args.addr))?
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20);
+        let request = mergestream_proto::ingest::QueryRequest { sql: script_of(args.query)?, format: args.format };
         let reply = client.query(request).await.map_err(|s| anyhow::anyhow!("{}", s.message()))?;
         anyhow::Ok(reply.into_inner().output)
     })?;

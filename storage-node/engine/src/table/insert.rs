@@ -212,43 +212,63 @@ impl Table {
     }
 
     /// The prepared inserts on disk, oldest first: those a crash left between the two steps.
+    /// One that cannot be read back (a damaged record or part) is logged and left where it
+    /// is, for a person to look at; it never keeps the others or the table from opening.
     pub fn prepared_inserts(&self) -> Result<Vec<PreparedInsert>> {
         let mut found = Vec::new();
         for entry in std::fs::read_dir(&self.dir).map_err(EngineError::io(&self.dir))? {
             let entry = entry.map_err(EngineError::io(&self.dir))?;
-            let name = entry.file_name().to_string_lossy().to_string();
-            if !name.starts_with(PREPARED_PREFIX) {
+            if !entry.file_name().to_string_lossy().starts_with(PREPARED_PREFIX) {
                 continue;
             }
             let dir = entry.path();
-            let record_path = dir.join(PREPARED_RECORD);
-            let record: PreparedRecord = match std::fs::read(&record_path) {
-                Ok(bytes) => serde_json::from_slice(&bytes)
-                    .map_err(|source| EngineError::Metadata { path: record_path.clone(), source })?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    // The crash came before the record was durable: nothing was promised.
-                    std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
-                    continue;
+            match self.read_prepared(&dir) {
+                Ok(Some(prepared)) => {
+                    let modified = entry.metadata().and_then(|m| m.modified()).ok();
+                    found.push((modified, prepared));
                 }
-                Err(e) => return Err(EngineError::Io { path: record_path, source: e }),
-            };
-            let mut subdirs: Vec<(usize, std::path::PathBuf)> = std::fs::read_dir(&dir)
-                .map_err(EngineError::io(&dir))?
-                .filter_map(|e| e.ok())
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()).map(|i| (i, e.path())))
-                .collect();
-            subdirs.sort();
-            let mut parts = Vec::new();
-            for (_, sub) in subdirs {
-                let part = ClosedPart::reopen(&self.dir, &sub)?;
-                let dedup_id = part.meta().dedup_id.clone();
-                parts.push((part, dedup_id));
+                Ok(None) => {}
+                Err(e) => {
+                    metrics::counter!("mergestream_engine_unreadable_prepared_inserts_total").increment(1);
+                    tracing::error!(
+                        table = %self.def.name,
+                        dir = %dir.display(),
+                        error = %e,
+                        "cannot read a prepared insert back: it is left on disk, unresolved"
+                    );
+                }
             }
-            let modified = entry.metadata().and_then(|m| m.modified()).ok();
-            found.push((modified, PreparedInsert { dir, record, parts }));
         }
         found.sort_by_key(|(modified, _)| *modified);
         Ok(found.into_iter().map(|(_, p)| p).collect())
+    }
+
+    /// One prepared insert's record and parts; `None` if the crash came before its record
+    /// was durable (nothing was promised then, and the directory is removed).
+    fn read_prepared(&self, dir: &std::path::Path) -> Result<Option<PreparedInsert>> {
+        let record_path = dir.join(PREPARED_RECORD);
+        let record: PreparedRecord = match std::fs::read(&record_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|source| EngineError::Metadata { path: record_path.clone(), source })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::remove_dir_all(dir).map_err(EngineError::io(dir))?;
+                return Ok(None);
+            }
+            Err(e) => return Err(EngineError::Io { path: record_path, source: e }),
+        };
+        let mut subdirs: Vec<(usize, std::path::PathBuf)> = std::fs::read_dir(dir)
+            .map_err(EngineError::io(dir))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()).map(|i| (i, e.path())))
+            .collect();
+        subdirs.sort();
+        let mut parts = Vec::new();
+        for (_, sub) in subdirs {
+            let part = ClosedPart::reopen(&self.dir, &sub)?;
+            let dedup_id = part.meta().dedup_id.clone();
+            parts.push((part, dedup_id));
+        }
+        Ok(Some(PreparedInsert { dir: dir.to_path_buf(), record, parts }))
     }
 
     /// Splits, sorts and writes a block's parts; each is durable under a temporary name.
@@ -372,11 +392,14 @@ impl Table {
         if self.def.settings.non_replicated_deduplication_window == 0 {
             return Ok(None);
         }
-        let id = match &options.deduplication_token {
-            Some(token) if index == 0 => format!("{partition_id}_{token}"),
-            Some(token) => format!("{partition_id}_{token}_{index}"),
-            None => format!("{partition_id}_{:032x}", block_hash(block)?),
+        // As ClickHouse does, a token is hashed into the id: any bytes a client sends make an
+        // id of the same plain form as a data hash's.
+        let hash = match &options.deduplication_token {
+            Some(token) if index == 0 => token_hash(token),
+            Some(token) => token_hash(&format!("{token}_{index}")),
+            None => block_hash(block)?,
         };
+        let id = format!("{partition_id}_{hash:032x}");
         Ok(Some(id))
     }
 
@@ -451,6 +474,12 @@ fn block_hash(block: &RecordBatch) -> Result<u128> {
         writer.finish()?;
     }
     Ok(xxhash_rust::xxh3::xxh3_128(&bytes))
+}
+
+fn token_hash(token: &str) -> u128 {
+    let mut hash = crate::sip_hash::SipHash128::default();
+    hash.update(token.as_bytes());
+    u128::from_le_bytes(hash.finish128())
 }
 
 fn unique_suffix() -> String {

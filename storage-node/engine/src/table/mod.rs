@@ -71,22 +71,33 @@ pub struct Table {
 }
 
 impl Table {
-    /// Creates a new table directory.
+    /// Creates a new table in `dir`, which must not exist yet: on failure the directory made
+    /// here is removed, and nothing else is touched.
     pub fn create(dir: &Path, def: TableDef) -> Result<Table> {
         def.validate()?;
         if let Some(partition) = &def.partition_by {
             partition.validate(&def.columns)?;
         }
-        std::fs::create_dir_all(dir).map_err(EngineError::io(dir))?;
-        let stored = StoredTableDef::from(&def);
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent).map_err(EngineError::io(parent))?;
+        }
+        std::fs::create_dir(dir).map_err(EngineError::io(dir))?;
+        let written = Table::write_definition(dir, &def).and_then(|()| Table::open(dir));
+        if written.is_err() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        written
+    }
+
+    fn write_definition(dir: &Path, def: &TableDef) -> Result<()> {
+        let stored = StoredTableDef::from(def);
         let path = dir.join(TABLE_DEF_FILE);
         let json = serde_json::to_vec_pretty(&stored)
             .map_err(|source| EngineError::Metadata { path: path.clone(), source })?;
         let tmp = dir.join(format!("{TABLE_DEF_FILE}.tmp"));
         crate::part::write_synced(&tmp, &json)?;
         std::fs::rename(&tmp, &path).map_err(EngineError::io(&path))?;
-        crate::part::sync_dir(dir)?;
-        Table::open(dir)
+        crate::part::sync_dir(dir)
     }
 
     /// Loads a table: its definition, its parts (verified; corrupt ones detached), and the
@@ -118,7 +129,13 @@ impl Table {
                 std::fs::remove_dir_all(&path).map_err(EngineError::io(&path))?;
                 continue;
             }
-            if PartName::parse(&name).is_none() || !path.is_dir() {
+            if PartName::parse(&name).is_none() {
+                continue;
+            }
+            if !path.is_dir() {
+                // Something replaced the part's directory: keep it aside for a person to see.
+                let error = EngineError::CorruptPart { part: name.clone(), message: "not a directory".into() };
+                detach_broken(dir, &name, &error)?;
                 continue;
             }
             match DataPart::open(&path) {

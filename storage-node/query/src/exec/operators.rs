@@ -48,9 +48,38 @@ fn is_integer(t: &ArrowType) -> bool {
     t.is_integer() || matches!(t, ArrowType::Decimal128(_, 0) | ArrowType::Decimal256(_, 0))
 }
 
+/// An operand's type. A logical or comparison operator is Boolean whatever its operands:
+/// asked of DataFusion, the type of `c1 AND … AND cn` is found by walking the whole chain, and
+/// asking at each of its n operators made planning such a WHERE quadratic (5,000 conditions
+/// took a minute).
+fn operand_type(e: &Expr, schema: &DFSchema) -> DfResult<ArrowType> {
+    use datafusion::logical_expr::Operator;
+    match e {
+        Expr::BinaryExpr(b)
+            if matches!(
+                b.op,
+                Operator::And
+                    | Operator::Or
+                    | Operator::Eq
+                    | Operator::NotEq
+                    | Operator::Lt
+                    | Operator::LtEq
+                    | Operator::Gt
+                    | Operator::GtEq
+                    | Operator::IsDistinctFrom
+                    | Operator::IsNotDistinctFrom
+            ) =>
+        {
+            Ok(ArrowType::Boolean)
+        }
+        Expr::Not(_) | Expr::IsNull(_) | Expr::IsNotNull(_) | Expr::InList(_) | Expr::Like(_) => Ok(ArrowType::Boolean),
+        _ => e.get_type(schema),
+    }
+}
+
 impl ExprPlanner for ClickHouseOperators {
     fn plan_binary_op(&self, expr: RawBinaryExpr, schema: &DFSchema) -> DfResult<PlannerResult<RawBinaryExpr>> {
-        let (Ok(left), Ok(right)) = (expr.left.get_type(schema), expr.right.get_type(schema)) else {
+        let (Ok(left), Ok(right)) = (operand_type(&expr.left, schema), operand_type(&expr.right, schema)) else {
             return Ok(PlannerResult::Original(expr));
         };
         match &expr.op {

@@ -1,5 +1,6 @@
 //! Inserted data: `VALUES` tuples and the JSONEachRow format, into Arrow blocks.
 
+mod arrow_block;
 mod json;
 pub mod value;
 mod values;
@@ -7,6 +8,7 @@ mod values;
 use arrow::array::RecordBatch;
 use mergestream_engine::{ChType, Table};
 
+pub use arrow_block::conform_block;
 pub use json::{from_json, parse_json_each_row};
 pub use values::parse_values;
 

@@ -6,6 +6,8 @@ use crate::error::{QueryError, Result};
 use crate::sql::cursor::Cursor;
 use crate::sql::lexer::{tokenize, TokenKind};
 
+const MAX_VALUE_DEPTH: usize = 1000;
+
 /// Parses the text after VALUES (`source[start..end]`) into rows of `width` values.
 pub fn parse_values(source: &str, start: usize, end: usize, columns: Vec<usize>) -> Result<RowsInput> {
     let mut tokens = tokenize(&source[start..end])?;
@@ -18,7 +20,7 @@ pub fn parse_values(source: &str, start: usize, end: usize, columns: Vec<usize>)
     while !c.is_done() {
         let row_at = c.offset();
         c.expect_punct("(")?;
-        let row: Vec<Option<Value>> = c.list(")", true, |c| parse_value(c).map(Some))?;
+        let row: Vec<Option<Value>> = c.list(")", true, |c| parse_value(c, 1).map(Some))?;
         if row.len() != columns.len() {
             return Err(QueryError::syntax(
                 source,
@@ -32,24 +34,32 @@ pub fn parse_values(source: &str, start: usize, end: usize, columns: Vec<usize>)
     Ok(RowsInput { columns, rows })
 }
 
-fn parse_value(c: &mut Cursor<'_>) -> Result<Value> {
+/// A value nested `depth` deep (in arrays, tuples, maps, signs and conversion functions);
+/// as deep as ClickHouse's `max_parser_depth` at most, so that no row can exhaust the stack.
+fn parse_value(c: &mut Cursor<'_>, depth: usize) -> Result<Value> {
+    if depth > MAX_VALUE_DEPTH {
+        return Err(c.error(format!(
+            "Maximum parse depth ({MAX_VALUE_DEPTH}) exceeded: the value nests too deep (TOO_DEEP_RECURSION)"
+        )));
+    }
     let Some(token) = c.advance() else {
         return Err(c.error("expected a value"));
     };
+    let nested = |c: &mut Cursor<'_>| parse_value(c, depth + 1);
     let value = match token.kind {
         TokenKind::Number => Value::Number(token.text.clone()),
         TokenKind::Str => Value::Str(token.text.clone()),
-        TokenKind::Punct if token.text == "-" || token.text == "+" => match parse_value(c)? {
+        TokenKind::Punct if token.text == "-" || token.text == "+" => match nested(c)? {
             Value::Number(n) if token.text == "-" => Value::Number(format!("-{n}")),
             Value::Number(n) => Value::Number(n),
             _ => return Err(c.error("expected a number after the sign")),
         },
-        TokenKind::Punct if token.text == "[" => Value::Array(c.list("]", true, parse_value)?),
-        TokenKind::Punct if token.text == "(" => Value::Tuple(c.list(")", false, parse_value)?),
+        TokenKind::Punct if token.text == "[" => Value::Array(c.list("]", true, nested)?),
+        TokenKind::Punct if token.text == "(" => Value::Tuple(c.list(")", false, nested)?),
         TokenKind::Punct if token.text == "{" => Value::Map(c.list("}", true, |c| {
-            let key = parse_value(c)?;
+            let key = nested(c)?;
             c.expect_punct(":")?;
-            Ok((key, parse_value(c)?))
+            Ok((key, nested(c)?))
         })?),
         TokenKind::Word => match token.text.to_ascii_lowercase().as_str() {
             "null" => Value::Null,
@@ -67,7 +77,7 @@ fn parse_value(c: &mut Cursor<'_>) -> Result<Value> {
                     ));
                 }
                 c.advance();
-                let args = c.list(")", true, parse_value)?;
+                let args = c.list(")", true, nested)?;
                 match name.as_str() {
                     "array" => Value::Array(args),
                     "tuple" => Value::Tuple(args),
@@ -90,4 +100,31 @@ fn parse_value(c: &mut Cursor<'_>) -> Result<Value> {
         }
     };
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_nest_up_to_the_parser_depth() {
+        // On a thread of the stack queries get, as in the server.
+        std::thread::Builder::new()
+            .stack_size(crate::QUERY_THREAD_STACK)
+            .spawn(nesting_cases)
+            .expect("thread")
+            .join()
+            .expect("no panic");
+    }
+
+    fn nesting_cases() {
+        let nested = |n: usize| format!("({}1{})", "[".repeat(n), "]".repeat(n));
+        let ok = nested(MAX_VALUE_DEPTH - 1);
+        assert!(parse_values(&ok, 0, ok.len(), vec![0]).is_ok());
+        let deep = nested(100_000);
+        let error = parse_values(&deep, 0, deep.len(), vec![0]).map(|_| ()).expect_err("refused").to_string();
+        assert!(error.contains("TOO_DEEP_RECURSION"), "{error}");
+        let signs = format!("({}1)", "-".repeat(100_000));
+        assert!(parse_values(&signs, 0, signs.len(), vec![0]).is_err());
+    }
 }

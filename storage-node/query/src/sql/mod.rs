@@ -2,7 +2,10 @@
 
 pub mod cursor;
 pub mod ddl;
+#[cfg(test)]
+mod fuzz;
 pub mod lexer;
+pub mod limits;
 pub mod rewrite;
 pub mod statement;
 
@@ -22,6 +25,7 @@ pub fn parse_create_table_statement(text: &str) -> Result<(TableDef, bool)> {
             "expected exactly one CREATE TABLE statement",
         ));
     }
+    limits::check_statement(text, spans[0].0, spans[0].1, &tokens, &limits::QueryLimits::default())?;
     match statement::parse_statement(text, &tokens, spans[0].1)? {
         statement::Statement::CreateTable { def, if_not_exists } => {
             def.validate()?;

@@ -60,7 +60,7 @@ pub fn rewrite_select(source: &str, start: usize, end: usize, columns: ColumnLoo
     } else {
         None
     };
-    let tokens = rewrite_table_refs(tokens, uses_part);
+    let tokens = balance_logical_chains(rewrite_table_refs(tokens, uses_part));
     let mut out = String::new();
     emit_select(&tokens, &mut out, true, star_columns.as_deref()).map_err(|e| match e {
         QueryError::Syntax { message, .. } => QueryError::syntax(source, start, message),
@@ -68,6 +68,116 @@ pub fn rewrite_select(source: &str, start: usize, end: usize, columns: ColumnLoo
     })?;
     result.sql = out;
     Ok(result)
+}
+
+/// Chains of at least this many AND (or OR) operators are balanced.
+const BALANCED_CHAIN: usize = 16;
+
+/// `c1 AND c2 AND … AND cn` as a balanced tree, `((c1 AND c2) AND (c3 AND c4))`, where a chain
+/// is long. ClickHouse takes such a chain as one function of n arguments; DataFusion makes it
+/// a left-deep tree n levels deep, which its planner walks in quadratic time (a WHERE of 5,000
+/// conditions planned for a minute) and its evaluation recurses through (1,000 conditions
+/// overflowed a query thread's stack). A balanced tree is log2(n) deep and means the same:
+/// AND and OR are associative, in three-valued logic too.
+///
+/// A chain is one operand list at one bracket level: after WHERE, PREWHERE, HAVING, QUALIFY
+/// or ON, or between the brackets of an expression, up to a comma or clause. Only chains of
+/// one operator are balanced, and only where no BETWEEN, CASE, lambda or alias at that level
+/// could take an AND or an operand for its own; everything else is left as written.
+fn balance_logical_chains(tokens: Vec<Token>) -> Vec<Token> {
+    if tokens.iter().filter(|t| t.is_word("AND") || t.is_word("OR")).count() < BALANCED_CHAIN {
+        return tokens;
+    }
+    let mut opens = vec![0usize; tokens.len() + 1];
+    let mut closes = vec![0usize; tokens.len()];
+    // One operand list per bracket level, from the outermost: where it starts, its operators.
+    struct Chain {
+        start: usize,
+        operators: Vec<usize>,
+        balanced: bool,
+    }
+    let starts_chain = |t: &Token| is_word_in(t, &["WHERE", "PREWHERE", "HAVING", "QUALIFY", "ON"]);
+    let ends_chain = |t: &Token| {
+        t.is_punct(",")
+            || is_word_in(
+                t,
+                &[
+                    "SELECT", "FROM", "JOIN", "USING", "GROUP", "ORDER", "LIMIT", "SETTINGS", "FORMAT", "UNION",
+                    "WINDOW",
+                ],
+            )
+    };
+    let unsafe_here = |t: &Token| {
+        is_word_in(t, &["BETWEEN", "CASE", "WHEN", "THEN", "ELSE", "END", "AS"])
+            || t.is_punct("?")
+            || t.is_punct(":")
+            || t.is_punct("->")
+    };
+    let finish = |chain: Chain, end: usize, opens: &mut Vec<usize>, closes: &mut Vec<usize>| {
+        if !chain.balanced || chain.operators.len() < BALANCED_CHAIN || end <= chain.start {
+            return;
+        }
+        let first = &tokens[chain.operators[0]];
+        if chain.operators.iter().any(|&i| !tokens[i].text.eq_ignore_ascii_case(&first.text)) {
+            return;
+        }
+        // Operand k spans from after operator k-1 to before operator k.
+        let operand = |k: usize| {
+            let from = if k == 0 { chain.start } else { chain.operators[k - 1] + 1 };
+            let to = if k == chain.operators.len() { end - 1 } else { chain.operators[k] - 1 };
+            (from, to)
+        };
+        let mut ranges = vec![(0, chain.operators.len() + 1)];
+        while let Some((l, r)) = ranges.pop() {
+            if r - l < 2 {
+                continue;
+            }
+            opens[operand(l).0] += 1;
+            closes[operand(r - 1).1] += 1;
+            let m = (l + r) / 2;
+            ranges.push((l, m));
+            ranges.push((m, r));
+        }
+    };
+    let new_chain = |start: usize, balanced: bool| Chain { start, operators: Vec::new(), balanced };
+    let mut levels: Vec<Chain> = vec![new_chain(0, false)];
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_punct("(") {
+            let is_call = i > 0 && tokens[i - 1].kind == TokenKind::Word && !is_word_in(&tokens[i - 1], KEYWORDS);
+            let is_subquery = tokens.get(i + 1).is_some_and(|n| n.is_word("SELECT") || n.is_word("WITH"));
+            levels.push(new_chain(i + 1, !is_subquery && !is_call));
+            continue;
+        }
+        if t.is_punct(")") {
+            if levels.len() > 1 {
+                if let Some(chain) = levels.pop() {
+                    finish(chain, i, &mut opens, &mut closes);
+                }
+            }
+            continue;
+        }
+        let Some(chain) = levels.last_mut() else { break };
+        if starts_chain(t) || ends_chain(t) {
+            let done = std::mem::replace(chain, new_chain(i + 1, starts_chain(t) || t.is_punct(",")));
+            finish(done, i, &mut opens, &mut closes);
+        } else if t.is_word("AND") || t.is_word("OR") {
+            chain.operators.push(i);
+        } else if unsafe_here(t) {
+            chain.balanced = false;
+        }
+    }
+    while let Some(chain) = levels.pop() {
+        finish(chain, tokens.len(), &mut opens, &mut closes);
+    }
+    let paren = |text: &str, at: usize| Token { kind: TokenKind::Punct, text: text.into(), start: at, end: at };
+    let mut out = Vec::with_capacity(tokens.len() + opens.iter().sum::<usize>() * 2);
+    for (i, t) in tokens.into_iter().enumerate() {
+        out.extend(std::iter::repeat_n(paren("(", t.start), opens[i]));
+        let end = t.end;
+        out.push(t);
+        out.extend(std::iter::repeat_n(paren(")", end), closes[i]));
+    }
+    out
 }
 
 /// Positions of the tokens outside any parentheses.
@@ -443,6 +553,27 @@ mod tests {
 
     fn rewrite(sql: &str) -> RewrittenSelect {
         rewrite_select(sql, 0, sql.len(), &|_| Some(vec!["k".to_string()])).expect(sql)
+    }
+
+    #[test]
+    fn long_and_chains_become_balanced_trees() {
+        let conditions: Vec<String> = (0..17).map(|i| format!("k != {i}")).collect();
+        let r = rewrite(&format!("SELECT k FROM t WHERE {} ORDER BY k", conditions.join(" AND ")));
+        let depth = r.sql.chars().fold((0i32, 0i32), |(d, max), c| match c {
+            '(' => (d + 1, max.max(d + 1)),
+            ')' => (d - 1, max),
+            _ => (d, max),
+        });
+        assert_eq!(depth, (0, 5), "{}", r.sql);
+        assert!(r.sql.starts_with("SELECT k FROM t WHERE ((((k != 0 AND k != 1) AND (k != 2"), "{}", r.sql);
+        assert!(r.sql.ends_with("(k != 15 AND k != 16))))) ORDER BY k"), "{}", r.sql);
+        // Short chains, mixed chains and chains beside BETWEEN stay as written.
+        let short = "SELECT k FROM t WHERE k != 1 AND k != 2";
+        assert_eq!(rewrite(short).sql, short);
+        let between = format!("SELECT k FROM t WHERE k BETWEEN 1 AND 2 AND {}", conditions.join(" AND "));
+        assert!(!rewrite(&between).sql.contains("(("), "{}", rewrite(&between).sql);
+        let mixed = format!("SELECT k FROM t WHERE {} OR k = 1", conditions.join(" AND "));
+        assert!(!rewrite(&mixed).sql.contains("(("));
     }
 
     #[test]
