@@ -71,6 +71,14 @@ impl Session {
                 .with_target_partitions(partitions);
             // ClickHouse names are case-sensitive.
             config.options_mut().sql_parser.enable_ident_normalization = false;
+            // DataFusion's parser stops at 50 levels; ClickHouse's limits (sql/limits.rs, checked
+            // before) allow brackets 197 deep and calls nested 497 deep, which parse here on
+            // the query threads' stacks (QUERY_THREAD_STACK).
+            if let Ok(limit) =
+                datafusion::common::config::ConfigNonZeroUsize::try_new(4 * QueryLimits::default().max_parser_depth)
+            {
+                config.options_mut().sql_parser.recursion_limit = limit;
+            }
             let mut ctx = SessionContext::new_with_config(config);
             ctx.register_catalog(
                 CATALOG_NAME,
