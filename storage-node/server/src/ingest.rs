@@ -104,9 +104,7 @@ impl OffsetReadError {
     /// Worth trying again: the coordinator may answer in a moment.
     fn is_transient(&self) -> bool {
         match self {
-            OffsetReadError::Keeper(e) => {
-                e.is_connection_loss() || e.is_session_lost() || matches!(e, KeeperError::Connect { .. })
-            }
+            OffsetReadError::Keeper(e) => is_outcome_unknown(e),
             OffsetReadError::Corrupt { .. } => false,
         }
     }
@@ -294,10 +292,7 @@ async fn commit_with_offset(
         Err(e) if e.is_no_node() => {
             blocking(move || table.abort_prepared(prepared)).await?;
             metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
-            Err(Reason::OffsetNodeMissing.status(format!(
-                "offset node {} does not exist: the writer creates it before its first block",
-                offset.path
-            )))
+            Err(offset_node_missing(&offset.path))
         }
         Err(e) if e.is_bad_version() || is_outcome_unknown(&e) => {
             coordinator.forget_if_lost(&e).await;
@@ -311,7 +306,13 @@ async fn commit_with_offset(
     }
 }
 
-/// The write may or may not have been applied: only reading the node back tells.
+fn offset_node_missing(path: &str) -> Status {
+    Reason::OffsetNodeMissing
+        .status(format!("offset node {path} does not exist: the writer creates it before its first block"))
+}
+
+/// The coordinator did not answer (the connection or the session broke): a write may or may
+/// not have been applied, and only reading the node back tells; a read is worth trying again.
 fn is_outcome_unknown(e: &KeeperError) -> bool {
     e.is_connection_loss() || e.is_session_lost() || matches!(e, KeeperError::Connect { .. })
 }
@@ -375,10 +376,7 @@ async fn settle_unknown(
         None => {
             blocking(move || table.abort_prepared(prepared)).await?;
             metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
-            Err(Reason::OffsetNodeMissing.status(format!(
-                "offset node {} does not exist: the writer creates it before its first block",
-                offset.path
-            )))
+            Err(offset_node_missing(&offset.path))
         }
     }
 }
@@ -393,11 +391,7 @@ async fn guarded<T>(
     match std::panic::AssertUnwindSafe(handler).catch_unwind().await {
         Ok(result) => result,
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
+            let message = crate::panic_message(panic.as_ref());
             error!(method, message, "a request handler panicked");
             metrics::counter!("mergestream_storage_handler_panics_total").increment(1);
             Err(Status::internal(format!("{method} failed inside the storage node: {message}")))

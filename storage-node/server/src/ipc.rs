@@ -18,11 +18,7 @@ pub fn decode_stream(bytes: Vec<u8>) -> Result<Vec<RecordBatch>, String> {
         Ok(decoded) => decoded,
         Err(panic) => {
             metrics::counter!("mergestream_storage_ipc_decoder_panics_total").increment(1);
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "malformed".into());
+            let message = crate::panic_message(panic.as_ref());
             Err(format!("it is malformed ({message})"))
         }
     }
