@@ -1,7 +1,7 @@
 # The three mergestream binaries in one image; compose.yaml runs each as its own service.
 FROM rust:1-bookworm AS build
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends protobuf-compiler libssl-dev zlib1g-dev pkg-config \
+    && apt-get install -y --no-install-recommends libssl-dev zlib1g-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
