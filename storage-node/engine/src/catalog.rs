@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 
+use crate::commit::{CommitterFactory, LocalCommitters};
 use crate::error::{EngineError, Result};
 use crate::names::escape_for_file_name;
 use crate::schema::TableDef;
@@ -31,6 +32,8 @@ type Tables = Arc<RwLock<BTreeMap<String, Arc<Table>>>>;
 
 pub struct Catalog {
     root: PathBuf,
+    /// Makes each table's part committer, by its engine.
+    committers: Arc<dyn CommitterFactory>,
     tables: Tables,
     unopened: Vec<UnopenedTable>,
     merges: MergePool,
@@ -41,6 +44,11 @@ impl Catalog {
     /// be opened (a corrupt `table.json`, say) is logged, listed by
     /// [`unopened`](Self::unopened) and left on disk untouched; the others open.
     pub fn open(path: &Path, merge_threads: usize) -> Result<Catalog> {
+        Catalog::open_with(path, merge_threads, Arc::new(LocalCommitters::default()))
+    }
+
+    /// [`open`](Self::open), with the tables' committers made by `committers`.
+    pub fn open_with(path: &Path, merge_threads: usize, committers: Arc<dyn CommitterFactory>) -> Result<Catalog> {
         let root = path.join("data").join(DATABASE);
         std::fs::create_dir_all(&root).map_err(EngineError::io(&root))?;
         let mut tables = BTreeMap::new();
@@ -49,7 +57,7 @@ impl Catalog {
             let entry = entry.map_err(EngineError::io(&root))?;
             let dir = entry.path();
             if dir.join(TABLE_DEF_FILE).exists() {
-                match Table::open(&dir) {
+                match Table::open(&dir, committers.as_ref()) {
                     Ok(table) => {
                         tables.insert(table.name().to_string(), Arc::new(table));
                     }
@@ -66,7 +74,7 @@ impl Catalog {
         metrics::gauge!("mergestream_engine_tables_unopened").set(unopened.len() as f64);
         let tables: Tables = Arc::new(RwLock::new(tables));
         let merges = MergePool::start(merge_threads, MERGE_ASSIGN_DELAY, tables.clone());
-        let catalog = Catalog { root, tables, unopened, merges };
+        let catalog = Catalog { root, committers, tables, unopened, merges };
         for table in catalog.tables() {
             catalog.schedule_merges(&table);
         }
@@ -109,7 +117,7 @@ impl Catalog {
             return Err(EngineError::DirectoryInTheWay { table: format!("{DATABASE}.{}", def.name), dir });
         }
         let name = def.name.clone();
-        let table = Table::create(&dir, def)?;
+        let table = Table::create(&dir, def, self.committers.as_ref())?;
         info!(table = %name, "created table");
         tables.insert(name, Arc::new(table));
         Ok(())

@@ -1,35 +1,157 @@
-//! Committing insert parts: block numbers and insert deduplication.
+//! Committing insert parts: the step between a part written to disk and a part that is active.
 //!
-//! Every new part goes through a [`BlockCommitter`]: it allocates the part's block number and
-//! decides whether the insert is a duplicate, then records the committed part. The local
-//! implementation keeps both in the table directory; replication backs the same interface with
-//! the coordinator (`/blocks/<id>`, block numbers, the log entry) in one multi-op.
+//! Every insert goes through a table's [`PartCommitter`] in three moves:
+//!
+//! 1. [`reserve`](PartCommitter::reserve) gives each new part its block number, or says that
+//!    an insert with the same deduplication id is already committed;
+//! 2. [`commit`](PartCommitter::commit) makes the reserved parts and the caller's
+//!    [`ExtraOp`]s (the ingestor's offset node) durable together, or not at all;
+//! 3. the table renames the parts into place, activates them, and tells the committer
+//!    ([`activated`](PartCommitter::activated)).
+//!
+//! A non-replicated table uses [`LocalCommitter`]: block numbers and the deduplication window
+//! live in the table directory, and the extra ops go to the coordinator as one `multi`. A
+//! replicated table's committer does all of it in the coordinator: block numbers from
+//! `block_numbers/<partition>`, and one `multi` holding the log entry, the part's node, the
+//! deduplication node and the extra ops. [`CommitterFactory`] picks one per table.
 
 use std::collections::{HashSet, VecDeque};
+use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
 
 use crate::error::{EngineError, Result};
 use crate::part::name::PartName;
+use crate::schema::TableDef;
 
-/// The outcome of asking for a block number.
+/// The futures of the committer traits: boxed, so the traits stay object safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A coordinator operation that commits atomically with an insert's parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BlockAllocation {
-    Block(u64),
+pub enum ExtraOp {
+    /// Sets a node's data if the node is at `expected_version` (a compare-and-set).
+    SetData { path: String, data: Vec<u8>, expected_version: i32 },
+}
+
+impl ExtraOp {
+    pub fn path(&self) -> &str {
+        match self {
+            ExtraOp::SetData { path, .. } => path,
+        }
+    }
+}
+
+/// Why the coordinator refused a commit: nothing of it was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A node was not at the version the operation expected.
+    BadVersion,
+    /// A node the operation needs does not exist.
+    NoNode,
+    /// A node the operation creates exists already.
+    NodeExists,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refusal::BadVersion => "it is not at the expected version",
+            Refusal::NoNode => "it does not exist",
+            Refusal::NodeExists => "it exists already",
+        })
+    }
+}
+
+/// Runs extra ops on the coordinator as one `multi`: the storage node's coordinator session,
+/// as seen by the engine (which does not speak ZooKeeper itself).
+pub trait Coordination: Send + Sync {
+    /// Applies every op or none; on success, the new version of each op's node, in order.
+    /// Errors are [`EngineError::CommitRefused`] (nothing applied),
+    /// [`EngineError::CommitOutcomeUnknown`] (no answer: applied or not) or
+    /// [`EngineError::Coordinator`] (an answer saying nothing was applied).
+    fn apply<'a>(&'a self, ops: &'a [ExtraOp]) -> BoxFuture<'a, Result<Vec<i32>>>;
+}
+
+/// A block number held for one new part until it is committed or released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub partition_id: String,
+    pub block: u64,
+    pub dedup_id: Option<String>,
+}
+
+/// The outcome of [`PartCommitter::reserve`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    Block(Reservation),
     /// An insert with the same deduplication id is already committed.
     Duplicate,
 }
 
-pub trait BlockCommitter: Send + Sync {
-    /// Allocates a block number for a new part, unless `dedup_id` was already committed.
-    /// The caller holds the table's commit lock until [`committed`](Self::committed) or
-    /// [`abandoned`](Self::abandoned).
-    fn allocate(&self, dedup_id: Option<&str>) -> Result<BlockAllocation>;
-    /// The part holding `block` is in place.
-    fn committed(&self, block: u64, dedup_id: Option<&str>, part: &PartName) -> Result<()>;
-    /// The part for `block` could not be written; its number stays unused.
-    fn abandoned(&self, block: u64);
+/// A reserved part about to be committed: its block and the name it becomes active under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartCommit {
+    pub reservation: Reservation,
+    pub name: PartName,
+    pub rows: u64,
+}
+
+/// What a successful [`PartCommitter::commit`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// The new version of each extra op's node, in the order of the ops.
+    pub versions: Vec<i32>,
+}
+
+pub trait PartCommitter: Send + Sync {
+    /// A block number for a new part of `partition_id`, unless an insert with `dedup_id` is
+    /// already committed. An insert with the same id that is still being committed is
+    /// waited for: its outcome decides this one's.
+    fn reserve<'a>(&'a self, partition_id: &'a str, dedup_id: Option<&'a str>) -> BoxFuture<'a, Result<Reserved>>;
+
+    /// Makes `parts` and `extra` durable together, or nothing of them (`parts` may be empty:
+    /// the extra ops still commit). On an error the reservations stay held: the caller
+    /// releases them, or after an unknown outcome decides what happened.
+    fn commit<'a>(&'a self, parts: &'a [PartCommit], extra: &'a [ExtraOp]) -> BoxFuture<'a, Result<CommitOutcome>>;
+
+    /// The committed parts are active here: their deduplication ids count from now on.
+    fn activated(&self, parts: &[PartCommit]) -> Result<()>;
+
+    /// The reservation will not be committed; its dedup id is free again.
+    fn release(&self, reservation: &Reservation);
+}
+
+/// What a table's committer starts from: found in the parts on disk at open.
+#[derive(Debug, Clone, Default)]
+pub struct FoundBlocks {
+    /// The highest block number of any part.
+    pub max_block: u64,
+    /// The dedup ids recorded in the parts themselves, oldest first: they cover a crash
+    /// between a part's rename and the log's append.
+    pub dedup_ids: Vec<String>,
+}
+
+/// Makes each table's committer, by the table's engine.
+pub trait CommitterFactory: Send + Sync {
+    fn committer(&self, def: &TableDef, dir: &Path, found: FoundBlocks) -> Result<Arc<dyn PartCommitter>>;
+}
+
+/// Every table local, with the extra ops of inserts run on `coordination` when there is one.
+#[derive(Default, Clone)]
+pub struct LocalCommitters {
+    pub coordination: Option<Arc<dyn Coordination>>,
+}
+
+impl CommitterFactory for LocalCommitters {
+    fn committer(&self, def: &TableDef, dir: &Path, found: FoundBlocks) -> Result<Arc<dyn PartCommitter>> {
+        let committer = LocalCommitter::open(dir, def.settings.non_replicated_deduplication_window, found)?;
+        Ok(Arc::new(committer.with_coordination(self.coordination.clone())))
+    }
 }
 
 const DEDUP_LOG: &str = "deduplication_log.txt";
@@ -40,12 +162,17 @@ pub struct LocalCommitter {
     dir: PathBuf,
     window: usize,
     state: Mutex<LocalState>,
+    /// Signalled when a reserved dedup id is activated or released.
+    settled: Notify,
+    coordination: Option<Arc<dyn Coordination>>,
 }
 
 struct LocalState {
     next_block: u64,
     recent: VecDeque<String>,
     seen: HashSet<String>,
+    /// Dedup ids reserved and not yet activated or released.
+    in_flight: HashSet<String>,
 }
 
 impl LocalState {
@@ -64,18 +191,19 @@ impl LocalState {
 }
 
 impl LocalCommitter {
-    /// `max_block` is the highest block number of any part found on disk; `part_dedup_ids` are
-    /// the ids recorded in the parts themselves, oldest first, which cover a crash between a
-    /// part's rename and the log's append.
-    pub fn open(dir: &Path, window: u64, max_block: u64, part_dedup_ids: Vec<String>) -> Result<LocalCommitter> {
+    pub fn open(dir: &Path, window: u64, found: FoundBlocks) -> Result<LocalCommitter> {
         let increment_path = dir.join(INCREMENT_FILE);
         let persisted = match std::fs::read_to_string(&increment_path) {
             Ok(text) => text.trim().parse::<u64>().unwrap_or(0),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(EngineError::Io { path: increment_path, source: e }),
         };
-        let mut state =
-            LocalState { next_block: persisted.max(max_block) + 1, recent: VecDeque::new(), seen: HashSet::new() };
+        let mut state = LocalState {
+            next_block: persisted.max(found.max_block) + 1,
+            recent: VecDeque::new(),
+            seen: HashSet::new(),
+            in_flight: HashSet::new(),
+        };
         let window = window as usize;
         let log_path = dir.join(DEDUP_LOG);
         match std::fs::read_to_string(&log_path) {
@@ -87,45 +215,59 @@ impl LocalCommitter {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(EngineError::Io { path: log_path, source: e }),
         }
-        for id in part_dedup_ids {
+        for id in found.dedup_ids {
             state.remember(id, window);
         }
-        Ok(LocalCommitter { dir: dir.to_path_buf(), window, state: Mutex::new(state) })
+        Ok(LocalCommitter {
+            dir: dir.to_path_buf(),
+            window,
+            state: Mutex::new(state),
+            settled: Notify::new(),
+            coordination: None,
+        })
+    }
+
+    pub fn with_coordination(mut self, coordination: Option<Arc<dyn Coordination>>) -> LocalCommitter {
+        self.coordination = coordination;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LocalState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-}
 
-impl BlockCommitter for LocalCommitter {
-    fn allocate(&self, dedup_id: Option<&str>) -> Result<BlockAllocation> {
+    fn reserve_now(&self, partition_id: &str, dedup_id: Option<&str>) -> Result<std::result::Result<Reserved, ()>> {
         let mut state = self.lock();
+        let id = dedup_id.filter(|_| self.window > 0);
+        if id.is_some_and(|id| state.in_flight.contains(id)) {
+            return Ok(Err(()));
+        }
         // As in ClickHouse, a duplicate insert still uses up its block number.
         let block = state.next_block;
         state.next_block += 1;
         let path = self.dir.join(INCREMENT_FILE);
         std::fs::write(&path, block.to_string()).map_err(EngineError::io(&path))?;
-        if let Some(id) = dedup_id {
-            if self.window > 0 && state.seen.contains(id) {
-                return Ok(BlockAllocation::Duplicate);
+        if let Some(id) = id {
+            if state.seen.contains(id) {
+                return Ok(Ok(Reserved::Duplicate));
             }
+            state.in_flight.insert(id.to_string());
         }
-        Ok(BlockAllocation::Block(block))
+        Ok(Ok(Reserved::Block(Reservation {
+            partition_id: partition_id.to_string(),
+            block,
+            dedup_id: dedup_id.map(str::to_string),
+        })))
     }
 
-    fn committed(&self, _block: u64, dedup_id: Option<&str>, _part: &PartName) -> Result<()> {
-        let Some(id) = dedup_id.filter(|_| self.window > 0) else {
-            return Ok(());
-        };
-        let mut state = self.lock();
-        state.remember(id.to_string(), self.window);
+    fn append_to_log(&self, state: &LocalState, ids: &[&str]) -> Result<()> {
         let path = self.dir.join(DEDUP_LOG);
-        // The log is rewritten from the window when it grows well past it, so it stays small.
         let mut file =
             std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(EngineError::io(&path))?;
-        writeln!(file, "{}", encode_log_line(id)).map_err(EngineError::io(&path))?;
+        let lines: String = ids.iter().map(|id| format!("{}\n", encode_log_line(id))).collect();
+        file.write_all(lines.as_bytes()).map_err(EngineError::io(&path))?;
         file.sync_data().map_err(EngineError::io(&path))?;
+        // The log is rewritten from the window when it grows well past it, so it stays small.
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         if size > (self.window as u64 + 16) * 256 {
             let text: String = state.recent.iter().map(|id| format!("{}\n", encode_log_line(id))).collect();
@@ -135,8 +277,57 @@ impl BlockCommitter for LocalCommitter {
         }
         Ok(())
     }
+}
 
-    fn abandoned(&self, _block: u64) {}
+impl PartCommitter for LocalCommitter {
+    fn reserve<'a>(&'a self, partition_id: &'a str, dedup_id: Option<&'a str>) -> BoxFuture<'a, Result<Reserved>> {
+        Box::pin(async move {
+            loop {
+                // Registered before the check, so a settle in between is not missed.
+                let settled = self.settled.notified();
+                match self.reserve_now(partition_id, dedup_id)? {
+                    Ok(reserved) => return Ok(reserved),
+                    Err(()) => settled.await,
+                }
+            }
+        })
+    }
+
+    fn commit<'a>(&'a self, _parts: &'a [PartCommit], extra: &'a [ExtraOp]) -> BoxFuture<'a, Result<CommitOutcome>> {
+        Box::pin(async move {
+            if extra.is_empty() {
+                return Ok(CommitOutcome::default());
+            }
+            let Some(coordination) = &self.coordination else {
+                return Err(EngineError::NoCoordinator { path: extra[0].path().to_string() });
+            };
+            Ok(CommitOutcome { versions: coordination.apply(extra).await? })
+        })
+    }
+
+    fn activated(&self, parts: &[PartCommit]) -> Result<()> {
+        let ids: Vec<&str> =
+            parts.iter().filter_map(|p| p.reservation.dedup_id.as_deref()).filter(|_| self.window > 0).collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut state = self.lock();
+        for id in &ids {
+            state.in_flight.remove(*id);
+            state.remember(id.to_string(), self.window);
+        }
+        let written = self.append_to_log(&state, &ids);
+        drop(state);
+        self.settled.notify_waiters();
+        written
+    }
+
+    fn release(&self, reservation: &Reservation) {
+        if let Some(id) = &reservation.dedup_id {
+            self.lock().in_flight.remove(id);
+            self.settled.notify_waiters();
+        }
+    }
 }
 
 /// A dedup id as one line of the log: a JSON string, so that any id (a newline in it, say)
@@ -159,39 +350,55 @@ fn decode_log_line(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::block_on::block_on;
+
+    fn open(dir: &Path, window: u64, max_block: u64, dedup_ids: Vec<String>) -> LocalCommitter {
+        LocalCommitter::open(dir, window, FoundBlocks { max_block, dedup_ids }).expect("open")
+    }
+
+    fn reserve(committer: &LocalCommitter, id: &str) -> Reserved {
+        block_on(committer.reserve("all", Some(id))).expect("reserve")
+    }
+
+    /// Reserves, commits and activates one part; its block number.
+    fn insert(committer: &LocalCommitter, id: &str) -> Option<u64> {
+        let Reserved::Block(reservation) = reserve(committer, id) else { return None };
+        let block = reservation.block;
+        let name = PartName { partition_id: "all".into(), min_block: block, max_block: block, level: 0 };
+        let parts = [PartCommit { reservation, name, rows: 1 }];
+        block_on(committer.commit(&parts, &[])).expect("commit");
+        committer.activated(&parts).expect("activated");
+        Some(block)
+    }
 
     #[test]
     fn duplicates_within_the_window_survive_a_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let name = PartName::parse("all_1_1_0").expect("name");
-        let committer = LocalCommitter::open(dir.path(), 2, 0, vec![]).expect("open");
-        assert_eq!(committer.allocate(Some("a")).expect("a"), BlockAllocation::Block(1));
-        committer.committed(1, Some("a"), &name).expect("commit a");
-        assert_eq!(committer.allocate(Some("a")).expect("a again"), BlockAllocation::Duplicate);
+        let committer = open(dir.path(), 2, 0, vec![]);
+        assert_eq!(insert(&committer, "a"), Some(1));
+        assert_eq!(reserve(&committer, "a"), Reserved::Duplicate);
         drop(committer);
 
-        let reopened = LocalCommitter::open(dir.path(), 2, 1, vec!["b".into()]).expect("reopen");
-        assert_eq!(reopened.allocate(Some("a")).expect("a"), BlockAllocation::Duplicate);
-        assert_eq!(reopened.allocate(Some("b")).expect("b"), BlockAllocation::Duplicate);
-        assert_eq!(reopened.allocate(Some("c")).expect("c"), BlockAllocation::Block(5));
+        let reopened = open(dir.path(), 2, 1, vec!["b".into()]);
+        assert_eq!(reserve(&reopened, "a"), Reserved::Duplicate);
+        assert_eq!(reserve(&reopened, "b"), Reserved::Duplicate);
+        assert_eq!(insert(&reopened, "c"), Some(5));
     }
 
     #[test]
     fn any_id_round_trips_through_the_log() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let name = PartName::parse("all_1_1_0").expect("name");
-        let committer = LocalCommitter::open(dir.path(), 10, 0, vec![]).expect("open");
+        let committer = open(dir.path(), 10, 0, vec![]);
         for (block, id) in (1..).zip(["a\nb", "\"q\"", "\\", "\r", ""]) {
-            assert_eq!(committer.allocate(Some(id)).expect("allocate"), BlockAllocation::Block(block));
-            committer.committed(block, Some(id), &name).expect("commit");
+            assert_eq!(insert(&committer, id), Some(block));
         }
         drop(committer);
-        let reopened = LocalCommitter::open(dir.path(), 10, 5, vec![]).expect("reopen");
+        let reopened = open(dir.path(), 10, 5, vec![]);
         for id in ["a\nb", "\"q\"", "\\", "\r", ""] {
-            assert_eq!(reopened.allocate(Some(id)).expect("dup"), BlockAllocation::Duplicate, "{id:?}");
+            assert_eq!(reserve(&reopened, id), Reserved::Duplicate, "{id:?}");
         }
         for id in ["a", "b", "q", "\"q"] {
-            assert!(matches!(reopened.allocate(Some(id)).expect("new"), BlockAllocation::Block(_)), "{id:?}");
+            assert!(matches!(reserve(&reopened, id), Reserved::Block(_)), "{id:?}");
         }
     }
 
@@ -199,17 +406,49 @@ mod tests {
     fn unframed_lines_of_an_older_log_still_count() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join(DEDUP_LOG), "all_old\n").expect("write");
-        let committer = LocalCommitter::open(dir.path(), 10, 0, vec![]).expect("open");
-        assert_eq!(committer.allocate(Some("all_old")).expect("old"), BlockAllocation::Duplicate);
+        let committer = open(dir.path(), 10, 0, vec![]);
+        assert_eq!(reserve(&committer, "all_old"), Reserved::Duplicate);
     }
 
     #[test]
     fn window_zero_never_deduplicates() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let name = PartName::parse("all_1_1_0").expect("name");
-        let committer = LocalCommitter::open(dir.path(), 0, 0, vec![]).expect("open");
-        assert_eq!(committer.allocate(Some("a")).expect("a"), BlockAllocation::Block(1));
-        committer.committed(1, Some("a"), &name).expect("commit");
-        assert_eq!(committer.allocate(Some("a")).expect("a"), BlockAllocation::Block(2));
+        let committer = open(dir.path(), 0, 0, vec![]);
+        assert_eq!(insert(&committer, "a"), Some(1));
+        assert_eq!(insert(&committer, "a"), Some(2));
+    }
+
+    #[test]
+    fn a_released_id_can_be_reserved_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let committer = open(dir.path(), 10, 0, vec![]);
+        let Reserved::Block(first) = reserve(&committer, "a") else { panic!("a is new") };
+        committer.release(&first);
+        assert!(matches!(reserve(&committer, "a"), Reserved::Block(r) if r.block == 2));
+    }
+
+    #[test]
+    fn an_id_in_flight_waits_for_the_first_insert_and_is_then_a_duplicate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let committer = Arc::new(open(dir.path(), 10, 0, vec![]));
+        let Reserved::Block(reservation) = reserve(&committer, "a") else { panic!("a is new") };
+        let second = {
+            let committer = committer.clone();
+            std::thread::spawn(move || reserve(&committer, "a"))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!second.is_finished(), "the second reservation waits for the first");
+        let name = PartName { partition_id: "all".into(), min_block: 1, max_block: 1, level: 0 };
+        committer.activated(&[PartCommit { reservation, name, rows: 1 }]).expect("activated");
+        assert_eq!(second.join().expect("second"), Reserved::Duplicate);
+    }
+
+    #[test]
+    fn extra_ops_without_a_coordinator_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let committer = open(dir.path(), 10, 0, vec![]);
+        let op = ExtraOp::SetData { path: "/offsets/p/0".into(), data: vec![], expected_version: 0 };
+        let error = block_on(committer.commit(&[], &[op])).expect_err("no coordinator");
+        assert!(matches!(error, EngineError::NoCoordinator { .. }), "{error}");
     }
 }

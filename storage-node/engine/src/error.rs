@@ -58,6 +58,24 @@ pub enum EngineError {
 
     #[error("metadata error in {path}: {source}")]
     Metadata { path: PathBuf, source: serde_json::Error },
+
+    /// The coordinator refused an insert's commit: nothing of it was applied.
+    #[error("the coordinator refused the commit: node {path}: {refusal}")]
+    CommitRefused { path: String, refusal: crate::commit::Refusal },
+
+    /// No answer came for an insert's commit: it may or may not have been applied.
+    #[error("the commit's outcome is unknown: {0}")]
+    CommitOutcomeUnknown(String),
+
+    /// The coordinator answered with an error; nothing was applied.
+    #[error("the coordinator failed the commit: {0}")]
+    Coordinator(String),
+
+    #[error("a blocking task of the engine failed: {0}")]
+    TaskFailed(String),
+
+    #[error("the commit of {path} needs a coordinator, and this node has none")]
+    NoCoordinator { path: String },
 }
 
 impl EngineError {

@@ -5,6 +5,7 @@
 //! into this crate; it knows nothing of SQL text.
 
 pub mod aggregate;
+pub mod block_on;
 pub mod catalog;
 pub mod commit;
 pub mod error;
@@ -21,5 +22,8 @@ pub mod types;
 pub use catalog::Catalog;
 pub use error::{EngineError, Result};
 pub use schema::{ColumnDef, EngineKind, TableDef};
-pub use table::{InsertOptions, InsertSummary, OptimizeRequest, PreparedInsert, PreparedRecord, ReadOptions, Table};
+pub use table::{
+    InsertOptions, InsertSummary, OptimizeRequest, PreparedCommitError, PreparedInsert, PreparedRecord, ReadOptions,
+    Table,
+};
 pub use types::ChType;

@@ -308,9 +308,7 @@ impl Session {
             }
         };
         for block in blocks {
-            let handle = table.clone();
-            let options = options.clone();
-            let _summary: InsertSummary = blocking(move || handle.insert(block, &options)).await?;
+            let _summary: InsertSummary = table.insert_async(block, options.clone()).await?;
         }
         self.catalog.schedule_merges(&table);
         Ok(())

@@ -1,10 +1,10 @@
 //! The storage node's gRPC insert service (`schemas/ingest.proto`).
 //!
 //! An insert that carries an offset commit is a two-step commit: the block's parts are
-//! prepared (durable, invisible), then the offset node is moved with a compare-and-set on its
-//! version, and only then do the parts become active. The compare-and-set is the commit
-//! point: a writer holding a stale version (a zombie ingestor) is refused and its parts are
-//! dropped. Prepared inserts whose outcome is unknown (a crash, a lost coordinator reply) are
+//! prepared (durable, invisible), then the table's part committer commits them together with
+//! the offset node's compare-and-set on its version (an extra op of the same `multi`), and
+//! only then do the parts become active. The compare-and-set is the commit point: a writer
+//! holding a stale version (a zombie ingestor) is refused and its parts are dropped. Prepared inserts whose outcome is unknown (a crash, a lost coordinator reply) are
 //! resolved by reading the offset node back: the attempt id it names says whether this
 //! attempt committed, and its token whether an earlier attempt at the same block did.
 
@@ -15,8 +15,9 @@ use arrow::compute::concat_batches;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use coordinator_client::offset::validate_node_path;
-use coordinator_client::{Keeper, KeeperError, OffsetRecord};
-use mergestream_engine::{Catalog, EngineError, InsertOptions, PreparedInsert, Table};
+use coordinator_client::{Keeper, KeeperError, OffsetRecord, TxnResult};
+use mergestream_engine::commit::{BoxFuture, Coordination, ExtraOp, Refusal};
+use mergestream_engine::{Catalog, EngineError, InsertOptions, PreparedCommitError, PreparedInsert, Table};
 use mergestream_proto::ingest::ingest_server::Ingest;
 use mergestream_proto::ingest::{
     CreateTableRequest, DescribeTableRequest, InsertReply, InsertRequest, QueryReply, QueryRequest, TableSchema,
@@ -91,6 +92,55 @@ impl Coordinator {
     }
 }
 
+impl Coordination for Coordinator {
+    fn apply<'a>(&'a self, ops: &'a [ExtraOp]) -> BoxFuture<'a, Result<Vec<i32>, EngineError>> {
+        Box::pin(async move {
+            let k = match self.keeper().await {
+                Ok(k) => k,
+                // Nothing was sent: nothing was applied.
+                Err(e) => return Err(EngineError::Coordinator(e.to_string())),
+            };
+            let mut txn = k.txn();
+            for op in ops {
+                txn = match op {
+                    ExtraOp::SetData { path, data, expected_version } => txn.set(path, data, Some(*expected_version)),
+                };
+            }
+            match txn.commit().await {
+                Ok(results) => Ok(results
+                    .into_iter()
+                    .filter_map(|r| match r {
+                        TxnResult::Set { version } => Some(version),
+                        _ => None,
+                    })
+                    .collect()),
+                Err(e) => {
+                    self.forget_if_lost(&e).await;
+                    Err(commit_error(e))
+                }
+            }
+        })
+    }
+}
+
+/// A failed `multi` as the engine's commit error: refused (nothing applied), unknown, or failed.
+fn commit_error(e: KeeperError) -> EngineError {
+    let refusal = if e.is_bad_version() {
+        Some(Refusal::BadVersion)
+    } else if e.is_no_node() {
+        Some(Refusal::NoNode)
+    } else if e.is_node_exists() {
+        Some(Refusal::NodeExists)
+    } else {
+        None
+    };
+    match (refusal, &e) {
+        (Some(refusal), KeeperError::Txn { path, .. }) => EngineError::CommitRefused { path: path.clone(), refusal },
+        _ if is_outcome_unknown(&e) => EngineError::CommitOutcomeUnknown(e.to_string()),
+        _ => EngineError::Coordinator(e.to_string()),
+    }
+}
+
 /// Why an offset node could not be read back.
 #[derive(Debug, thiserror::Error)]
 enum OffsetReadError {
@@ -134,6 +184,7 @@ fn engine_status(e: EngineError) -> Status {
         | EngineError::BadTableName { .. }
         | EngineError::BadTableDefinition(_) => Status::invalid_argument(e.to_string()),
         EngineError::DirectoryInTheWay { .. } => Status::failed_precondition(e.to_string()),
+        EngineError::Coordinator(_) | EngineError::CommitOutcomeUnknown(_) => Status::unavailable(e.to_string()),
         _ => Status::internal(e.to_string()),
     }
 }
@@ -278,31 +329,30 @@ async fn commit_with_offset(
     let prepared = blocking(move || t.prepare_insert(batch, &options, &context)).await?.map_err(engine_status)?;
 
     let record = OffsetRecord { next: offset.next_position, token: token.clone(), attempt: attempt.clone() }.encode();
-    let outcome = match coordinator.keeper().await {
-        Ok(k) => k.set(&offset.path, &record, Some(offset.expected_version)).await,
-        Err(e) => Err(e),
-    };
-    match outcome {
-        Ok(version) => {
-            let t = table.clone();
-            let summary = blocking(move || t.commit_prepared(prepared)).await?.map_err(engine_status)?;
+    let extra =
+        vec![ExtraOp::SetData { path: offset.path.clone(), data: record, expected_version: offset.expected_version }];
+    match table.commit_prepared_with(prepared, extra).await {
+        Ok((summary, outcome)) => {
             metrics::counter!("mergestream_storage_blocks_committed_total").increment(1);
-            Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version: version })
+            let offset_version = outcome.versions.first().copied().unwrap_or(-1);
+            Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version })
         }
-        Err(e) if e.is_no_node() => {
-            blocking(move || table.abort_prepared(prepared)).await?;
-            metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
-            Err(offset_node_missing(&offset.path))
-        }
-        Err(e) if e.is_bad_version() || is_outcome_unknown(&e) => {
-            coordinator.forget_if_lost(&e).await;
-            settle_unknown(&coordinator, table, prepared, &offset, &pending, e).await
-        }
-        Err(e) => {
-            // The coordinator answered, and the write did not happen.
-            blocking(move || table.abort_prepared(prepared)).await?;
-            Err(Status::internal(format!("cannot commit the offset: {e}")))
-        }
+        Err(PreparedCommitError::NotActivated(e)) => Err(engine_status(e)),
+        Err(PreparedCommitError::Uncommitted { prepared, error }) => match error {
+            EngineError::CommitRefused { refusal: Refusal::NoNode, .. } => {
+                blocking(move || table.abort_prepared(prepared)).await?;
+                metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
+                Err(offset_node_missing(&offset.path))
+            }
+            EngineError::CommitRefused { refusal: Refusal::BadVersion, .. } | EngineError::CommitOutcomeUnknown(_) => {
+                settle_unknown(&coordinator, table, prepared, &offset, &pending, error).await
+            }
+            error => {
+                // The coordinator answered, and the write did not happen.
+                blocking(move || table.abort_prepared(prepared)).await?;
+                Err(engine_status(error))
+            }
+        },
     }
 }
 
@@ -313,6 +363,7 @@ fn offset_node_missing(path: &str) -> Status {
 
 /// The coordinator did not answer (the connection or the session broke): a write may or may
 /// not have been applied, and only reading the node back tells; a read is worth trying again.
+/// A failed connect is counted too: for a read, trying again is right.
 fn is_outcome_unknown(e: &KeeperError) -> bool {
     e.is_connection_loss() || e.is_session_lost() || matches!(e, KeeperError::Connect { .. })
 }
@@ -326,8 +377,9 @@ async fn settle_unknown(
     prepared: PreparedInsert,
     offset: &mergestream_proto::ingest::OffsetCommit,
     pending: &PendingCommit,
-    error: KeeperError,
+    error: EngineError,
 ) -> Result<InsertReply, Status> {
+    let version_refused = matches!(error, EngineError::CommitRefused { refusal: Refusal::BadVersion, .. });
     let deadline = Instant::now() + Duration::from_secs(30);
     let current = loop {
         match coordinator.read_offset(&offset.path).await {
@@ -340,7 +392,7 @@ async fn settle_unknown(
                 // Left prepared: the next start decides it from the offset node.
                 return Err(Status::unavailable(format!("the coordinator cannot be reached: {e}")));
             }
-            Err(e) if error.is_bad_version() => {
+            Err(e) if version_refused => {
                 // The version check failed: this attempt wrote nothing, whatever the node holds.
                 blocking(move || table.abort_prepared(prepared)).await?;
                 return Err(Reason::CorruptOffsetRecord.status(e.to_string()));
@@ -459,7 +511,7 @@ impl IngestService {
             (None, token) => {
                 let rows = batch.num_rows() as u64;
                 let options = InsertOptions { deduplication_token: token };
-                let summary = blocking(move || table.insert(batch, &options)).await?.map_err(engine_status)?;
+                let summary = table.insert_async(batch, options).await.map_err(engine_status)?;
                 InsertReply {
                     rows,
                     duplicate: summary.deduplicated > 0 && summary.parts.is_empty(),

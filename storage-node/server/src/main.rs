@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use mergestream_engine::commit::LocalCommitters;
 use mergestream_engine::Catalog;
 use mergestream_query::{OutputFormat, Session, QUERY_THREAD_STACK};
 
@@ -188,8 +189,15 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             .install()
             .context("cannot start the metrics exporter")?;
     }
+    let coordinator = args.coordinator.map(|hosts| {
+        Arc::new(ingest::Coordinator::new(hosts, std::time::Duration::from_millis(args.session_timeout_ms)))
+    });
+    // Inserts' extra ops (the ingestor's offset node) commit on this node's coordinator session.
+    let committers = LocalCommitters {
+        coordination: coordinator.clone().map(|c| c as Arc<dyn mergestream_engine::commit::Coordination>),
+    };
     let catalog = Arc::new(
-        Catalog::open(&args.path, args.merge_threads)
+        Catalog::open_with(&args.path, args.merge_threads, Arc::new(committers))
             .with_context(|| format!("cannot open the data directory {}", args.path.display()))?,
     );
     let runtime =
@@ -202,9 +210,6 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("cannot start the query runtime")?;
     let query_handle = queries.handle().clone();
     let served = runtime.block_on(async move {
-        let coordinator = args.coordinator.map(|hosts| {
-            Arc::new(ingest::Coordinator::new(hosts, std::time::Duration::from_millis(args.session_timeout_ms)))
-        });
         let service = ingest::IngestService::new(catalog, coordinator, query_handle);
         service.recover().await.context("cannot resolve the prepared inserts left by the last run")?;
         let listener = tokio::net::TcpListener::bind(args.grpc_addr)

@@ -1,5 +1,6 @@
 //! INSERT: split by partition, sort, apply the engine inside the block, write, commit.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,8 +9,9 @@ use arrow::compute::take;
 use arrow_row::{RowConverter, SortField};
 use tracing::debug;
 
-use super::Table;
-use crate::commit::BlockAllocation;
+use super::{blocking, Table};
+use crate::block_on::block_on;
+use crate::commit::{CommitOutcome, ExtraOp, PartCommit, Reserved};
 use crate::error::{EngineError, Result};
 use crate::key_expr::KeyExpr;
 use crate::merge::{build_algorithm, AlgorithmOptions, SortedMerge, SortedStream};
@@ -49,7 +51,7 @@ pub struct PreparedRecord {
 
 /// An insert whose parts are durable but not yet active: see [`Table::prepare_insert`].
 pub struct PreparedInsert {
-    dir: std::path::PathBuf,
+    dir: PathBuf,
     pub record: PreparedRecord,
     parts: Vec<WrittenPart>,
 }
@@ -141,13 +143,87 @@ fn sort_rows(batch: &RecordBatch, key_columns: &[usize]) -> Result<(Option<Vec<u
     Ok((Some(order), duplicates))
 }
 
+/// A block's parts, written and durable under temporary names, not yet committed.
+pub struct WrittenInsert {
+    parts: Vec<WrittenPart>,
+    rows: usize,
+}
+
+/// A part whose block is reserved, and the name it becomes active under.
+struct ReservedPart {
+    part: ClosedPart,
+    commit: PartCommit,
+}
+
+/// Parts the committer accepted, with the extra ops: what is left is making them active.
+struct CommittedInsert {
+    parts: Vec<ReservedPart>,
+    deduplicated: usize,
+    outcome: CommitOutcome,
+}
+
+/// Why [`Table::commit_prepared_with`] did not end with active parts.
+pub enum PreparedCommitError {
+    /// Not committed, or (after [`EngineError::CommitOutcomeUnknown`]) not known to be: the
+    /// prepared insert comes back, for the caller to decide from the coordinator whether it
+    /// committed ([`Table::commit_prepared`]) or not ([`Table::abort_prepared`]).
+    Uncommitted { prepared: PreparedInsert, error: EngineError },
+    /// Committed, but the parts could not be made active: the prepared directory stays on
+    /// disk, and the next start finds the commit and activates them.
+    NotActivated(EngineError),
+}
+
+impl PreparedCommitError {
+    pub fn error(&self) -> &EngineError {
+        match self {
+            PreparedCommitError::Uncommitted { error, .. } | PreparedCommitError::NotActivated(error) => error,
+        }
+    }
+}
+
+impl std::fmt::Debug for PreparedCommitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PreparedCommitError::Uncommitted { prepared, error } => {
+                f.debug_struct("Uncommitted").field("rows", &prepared.record.rows).field("error", error).finish()
+            }
+            PreparedCommitError::NotActivated(error) => f.debug_tuple("NotActivated").field(error).finish(),
+        }
+    }
+}
+
 impl Table {
-    /// Inserts one block. Each partition of the block becomes one part; the call returns once
-    /// every part is durable and active.
+    /// Inserts one block from a thread outside any async runtime. Each partition of the block
+    /// becomes one part; the call returns once every part is durable and active.
     pub fn insert(&self, batch: RecordBatch, options: &InsertOptions) -> Result<InsertSummary> {
-        let (written, mut summary) = self.write_parts(batch, options)?;
-        self.commit_written(written, &mut summary)?;
-        Ok(summary)
+        let written = self.write_insert(batch, options)?;
+        let rows = written.rows;
+        let committed = block_on(self.reserve_and_commit(written.parts, &[])).map_err(|(parts, e)| {
+            parts.into_iter().for_each(|(part, _)| part.abort());
+            e
+        })?;
+        self.activate_committed(committed, rows)
+    }
+
+    /// Inserts one block from async code: sorting, writing and activating run on blocking
+    /// threads, the commit is awaited.
+    pub async fn insert_async(self: &Arc<Self>, batch: RecordBatch, options: InsertOptions) -> Result<InsertSummary> {
+        let table = self.clone();
+        let written = blocking(move || table.write_insert(batch, &options)).await?;
+        let rows = written.rows;
+        let committed = self.reserve_and_commit(written.parts, &[]).await.map_err(|(parts, e)| {
+            parts.into_iter().for_each(|(part, _)| part.abort());
+            e
+        })?;
+        let table = self.clone();
+        blocking(move || table.activate_committed(committed, rows)).await
+    }
+
+    /// Splits, sorts and writes a block's parts, for [`insert`](Self::insert) and
+    /// [`prepare_insert`](Self::prepare_insert).
+    pub fn write_insert(&self, batch: RecordBatch, options: &InsertOptions) -> Result<WrittenInsert> {
+        let (parts, summary) = self.write_parts(batch, options)?;
+        Ok(WrittenInsert { parts, rows: summary.rows })
     }
 
     /// The first step of a two-step insert: the block's parts are written and durable in a
@@ -194,11 +270,41 @@ impl Table {
         Ok(PreparedInsert { dir, record, parts })
     }
 
-    /// The second step: the prepared parts become active (block numbers allocated now).
+    /// The second step, with the coordinator ops that commit together with the parts (the
+    /// ingestor's offset node): reserved, committed as one, then made active. On failure the
+    /// prepared insert comes back with the error, its parts still on disk.
+    pub async fn commit_prepared_with(
+        self: &Arc<Self>,
+        prepared: PreparedInsert,
+        extra: Vec<ExtraOp>,
+    ) -> std::result::Result<(InsertSummary, CommitOutcome), PreparedCommitError> {
+        let PreparedInsert { dir, record, parts } = prepared;
+        let committed = match self.reserve_and_commit(parts, &extra).await {
+            Ok(committed) => committed,
+            Err((parts, error)) => {
+                let prepared = PreparedInsert { dir, record, parts };
+                return Err(PreparedCommitError::Uncommitted { prepared, error });
+            }
+        };
+        let outcome = committed.outcome.clone();
+        let table = self.clone();
+        let activated = blocking(move || {
+            let summary = table.activate_committed(committed, record.rows)?;
+            std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
+            crate::part::sync_dir(&table.dir)?;
+            Ok(summary)
+        })
+        .await;
+        activated.map(|summary| (summary, outcome)).map_err(PreparedCommitError::NotActivated)
+    }
+
+    /// The second step with nothing to commit beside the parts, from a thread outside any
+    /// async runtime (recovery, after the caller learnt that the external commit happened).
     pub fn commit_prepared(&self, prepared: PreparedInsert) -> Result<InsertSummary> {
-        let mut summary = InsertSummary { rows: prepared.record.rows, ..Default::default() };
-        self.commit_written(prepared.parts, &mut summary)?;
-        std::fs::remove_dir_all(&prepared.dir).map_err(EngineError::io(&prepared.dir))?;
+        let PreparedInsert { dir, record, parts } = prepared;
+        let committed = block_on(self.reserve_and_commit(parts, &[])).map_err(|(_, e)| e)?;
+        let summary = self.activate_committed(committed, record.rows)?;
+        std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
         crate::part::sync_dir(&self.dir)?;
         Ok(summary)
     }
@@ -310,21 +416,6 @@ impl Table {
         Ok((closed, summary))
     }
 
-    fn commit_written(&self, written: Vec<WrittenPart>, summary: &mut InsertSummary) -> Result<()> {
-        for (part, dedup_id) in written {
-            if part.meta().rows == 0 {
-                // Everything collapsed away inside the block (e.g. zero sums).
-                part.abort();
-                continue;
-            }
-            match self.commit_part(part, dedup_id.as_deref())? {
-                Some(name) => summary.parts.push(name),
-                None => summary.deduplicated += 1,
-            }
-        }
-        Ok(())
-    }
-
     /// Appends the hidden columns of the sorting-key expressions.
     fn with_sort_expressions(&self, batch: RecordBatch) -> Result<RecordBatch> {
         if self.def.sort_expressions.is_empty() {
@@ -403,34 +494,95 @@ impl Table {
         Ok(Some(id))
     }
 
-    /// Allocates the block number and activates the part; `None` if it was a duplicate.
-    fn commit_part(&self, part: ClosedPart, dedup_id: Option<&str>) -> Result<Option<String>> {
-        let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let block = match self.committer.allocate(dedup_id)? {
-            BlockAllocation::Duplicate => {
-                debug!(table = %self.def.name, dedup_id, "insert deduplicated");
+    /// Reserves a block for each part and commits them with `extra`. On failure every
+    /// reservation is released and the parts not dropped (duplicates, empty parts) come back.
+    async fn reserve_and_commit(
+        &self,
+        parts: Vec<WrittenPart>,
+        extra: &[ExtraOp],
+    ) -> std::result::Result<CommittedInsert, (Vec<WrittenPart>, EngineError)> {
+        let mut reserved: Vec<ReservedPart> = Vec::with_capacity(parts.len());
+        let mut deduplicated = 0;
+        let mut pending = parts.into_iter();
+        let give_back = |table: &Table, reserved: Vec<ReservedPart>, rest: Vec<WrittenPart>, error: EngineError| {
+            let mut parts = Vec::with_capacity(reserved.len() + rest.len());
+            for ReservedPart { part, commit } in reserved {
+                table.committer.release(&commit.reservation);
+                table.release_block(&commit.reservation);
+                parts.push((part, commit.reservation.dedup_id));
+            }
+            parts.extend(rest);
+            (parts, error)
+        };
+        while let Some((part, dedup_id)) = pending.next() {
+            if part.meta().rows == 0 {
+                // Everything collapsed away inside the block (e.g. zero sums).
                 part.abort();
-                return Ok(None);
+                continue;
             }
-            BlockAllocation::Block(block) => block,
-        };
-        let name = PartName {
-            partition_id: part.meta().partition.id.clone(),
-            min_block: block,
-            max_block: block,
-            level: u32::from(self.def.engine.merges_rows()),
-        };
-        let part = match part.commit(name.clone()) {
-            Ok(part) => part,
-            Err(e) => {
-                self.committer.abandoned(block);
-                return Err(e);
+            let partition_id = part.meta().partition.id.clone();
+            match self.committer.reserve(&partition_id, dedup_id.as_deref()).await {
+                Ok(Reserved::Duplicate) => {
+                    debug!(table = %self.def.name, dedup_id, "insert deduplicated");
+                    part.abort();
+                    deduplicated += 1;
+                }
+                Ok(Reserved::Block(reservation)) => {
+                    self.hold_block(&reservation);
+                    let name = PartName {
+                        partition_id,
+                        min_block: reservation.block,
+                        max_block: reservation.block,
+                        level: u32::from(self.def.engine.merges_rows()),
+                    };
+                    let rows = part.meta().rows;
+                    reserved.push(ReservedPart { part, commit: PartCommit { reservation, name, rows } });
+                }
+                Err(error) => {
+                    let rest = std::iter::once((part, dedup_id)).chain(pending).collect();
+                    return Err(give_back(self, reserved, rest, error));
+                }
             }
-        };
-        self.activate(part);
-        self.committer.committed(block, dedup_id, &name)?;
-        metrics::counter!("mergestream_engine_parts_inserted_total").increment(1);
-        Ok(Some(name.to_string()))
+        }
+        let commits: Vec<PartCommit> = reserved.iter().map(|r| r.commit.clone()).collect();
+        match self.committer.commit(&commits, extra).await {
+            Ok(outcome) => Ok(CommittedInsert { parts: reserved, deduplicated, outcome }),
+            Err(error) => Err(give_back(self, reserved, Vec::new(), error)),
+        }
+    }
+
+    /// Renames committed parts into place and makes them active. A part that cannot be
+    /// renamed stops the rest: they are released, and only the activated ones count as
+    /// inserted for deduplication.
+    fn activate_committed(&self, committed: CommittedInsert, rows: usize) -> Result<InsertSummary> {
+        let mut summary = InsertSummary { rows, deduplicated: committed.deduplicated, ..Default::default() };
+        let mut activated = Vec::with_capacity(committed.parts.len());
+        let mut failed = None;
+        for ReservedPart { part, commit } in committed.parts {
+            self.release_block(&commit.reservation);
+            if failed.is_some() {
+                part.abort();
+                self.committer.release(&commit.reservation);
+                continue;
+            }
+            match part.commit(commit.name.clone()) {
+                Ok(part) => {
+                    self.activate(part);
+                    summary.parts.push(commit.name.to_string());
+                    metrics::counter!("mergestream_engine_parts_inserted_total").increment(1);
+                    activated.push(commit);
+                }
+                Err(e) => {
+                    self.committer.release(&commit.reservation);
+                    failed = Some(e);
+                }
+            }
+        }
+        self.committer.activated(&activated)?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        }
     }
 
     fn activate(&self, part: DataPart) {

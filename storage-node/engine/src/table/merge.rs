@@ -1,5 +1,6 @@
 //! Merges: choosing parts, merging them into one part at the next level, and OPTIMIZE.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use tracing::{debug, info};
@@ -20,6 +21,15 @@ pub struct OptimizeRequest {
     pub cleanup: bool,
 }
 
+/// Whether an insert holds a block number between two adjacent parts of one partition.
+fn reserved_between(reserved: &BTreeSet<(String, u64)>, left: &PartName, right: &PartName) -> bool {
+    if reserved.is_empty() || right.min_block <= left.max_block + 1 {
+        return false;
+    }
+    let partition = &left.partition_id;
+    reserved.range((partition.clone(), left.max_block + 1)..(partition.clone(), right.min_block)).next().is_some()
+}
+
 impl Table {
     /// Picks one background merge and marks its parts as merging.
     pub fn select_merge(&self) -> Option<Vec<Arc<DataPart>>> {
@@ -36,6 +46,7 @@ impl Table {
             while end < active.len()
                 && active[end].name.partition_id == active[start].name.partition_id
                 && !state.merging.contains(&active[end].name)
+                && (end == start || !reserved_between(&state.reserved_blocks, &active[end - 1].name, &active[end].name))
             {
                 end += 1;
             }
@@ -188,7 +199,21 @@ impl Table {
             }
             let busy =
                 state.active.iter().any(|p| p.name.partition_id == partition_id && state.merging.contains(&p.name));
-            if !busy {
+            // A block still being inserted below the partition's last one would end up inside
+            // the merged part's range: wait for that insert to land.
+            let last_block = state
+                .active
+                .iter()
+                .filter(|p| p.name.partition_id == partition_id)
+                .map(|p| p.name.max_block)
+                .max()
+                .unwrap_or(0);
+            let inserting = state
+                .reserved_blocks
+                .range((partition_id.to_string(), 0)..(partition_id.to_string(), last_block))
+                .next()
+                .is_some();
+            if !busy && !inserting {
                 break;
             }
             state = self.merge_done.wait(state).unwrap_or_else(|p| p.into_inner());
@@ -210,5 +235,20 @@ impl Table {
         while !state.merging.is_empty() {
             state = self.merge_done.wait(state).unwrap_or_else(|p| p.into_inner());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reserved_block_between_two_parts_keeps_them_apart() {
+        let name = |p: &str, min, max| PartName { partition_id: p.into(), min_block: min, max_block: max, level: 0 };
+        let reserved: BTreeSet<(String, u64)> = [("a".to_string(), 5), ("b".to_string(), 2)].into();
+        assert!(reserved_between(&reserved, &name("a", 1, 4), &name("a", 6, 6)));
+        assert!(!reserved_between(&reserved, &name("a", 1, 5), &name("a", 6, 6)), "5 is inside a part");
+        assert!(!reserved_between(&reserved, &name("a", 6, 6), &name("a", 8, 9)), "7 is not reserved");
+        assert!(!reserved_between(&reserved, &name("a", 1, 1), &name("a", 3, 3)), "2 is reserved in b, not a");
     }
 }

@@ -10,7 +10,7 @@ pub mod insert;
 mod merge;
 mod read;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -18,11 +18,11 @@ use arrow::datatypes::SchemaRef;
 use tracing::{info, warn};
 
 pub use final_read::FinalTask;
-pub use insert::{InsertOptions, InsertSummary, PreparedInsert, PreparedRecord};
+pub use insert::{InsertOptions, InsertSummary, PreparedCommitError, PreparedInsert, PreparedRecord, WrittenInsert};
 pub use merge::OptimizeRequest;
 pub use read::{KeyBound, KeyRange, ReadOptions, ScanTask};
 
-use crate::commit::{BlockCommitter, LocalCommitter};
+use crate::commit::{CommitterFactory, FoundBlocks, PartCommitter, Reservation};
 use crate::error::{EngineError, Result};
 use crate::merge::select::{MergeSelector, SizeTieredSelector};
 use crate::part::{name::PartName, DataPart, DETACHED_DIR, TMP_PREFIX};
@@ -38,6 +38,9 @@ struct TableState {
     outdated: Vec<Arc<DataPart>>,
     /// Parts taking part in a running merge.
     merging: HashSet<PartName>,
+    /// Block numbers reserved by inserts not yet active, by partition: no merge may span one,
+    /// or the merged part would cover a part that arrives after it.
+    reserved_blocks: BTreeSet<(String, u64)>,
     merges_stopped: bool,
 }
 
@@ -61,11 +64,10 @@ pub struct Table {
     dir: PathBuf,
     schema: SchemaRef,
     key_columns: Vec<usize>,
-    committer: Box<dyn BlockCommitter>,
-    /// Serializes block allocation and part activation, so block order is commit order.
-    commit_lock: Mutex<()>,
+    committer: Arc<dyn PartCommitter>,
     state: Mutex<TableState>,
-    /// Signalled whenever a merge ends, for OPTIMIZE waiting on running merges.
+    /// Signalled whenever a merge ends or an insert lets go of its block number, for OPTIMIZE
+    /// waiting on running merges and inserts.
     merge_done: Condvar,
     selector: Box<dyn MergeSelector>,
 }
@@ -73,7 +75,7 @@ pub struct Table {
 impl Table {
     /// Creates a new table in `dir`, which must not exist yet: on failure the directory made
     /// here is removed, and nothing else is touched.
-    pub fn create(dir: &Path, def: TableDef) -> Result<Table> {
+    pub fn create(dir: &Path, def: TableDef, committers: &dyn CommitterFactory) -> Result<Table> {
         def.validate()?;
         if let Some(partition) = &def.partition_by {
             partition.validate(&def.columns)?;
@@ -82,7 +84,7 @@ impl Table {
             std::fs::create_dir_all(parent).map_err(EngineError::io(parent))?;
         }
         std::fs::create_dir(dir).map_err(EngineError::io(dir))?;
-        let written = Table::write_definition(dir, &def).and_then(|()| Table::open(dir));
+        let written = Table::write_definition(dir, &def).and_then(|()| Table::open(dir, committers));
         if written.is_err() {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -102,7 +104,7 @@ impl Table {
 
     /// Loads a table: its definition, its parts (verified; corrupt ones detached), and the
     /// parts that are active (those no other part covers).
-    pub fn open(dir: &Path) -> Result<Table> {
+    pub fn open(dir: &Path, committers: &dyn CommitterFactory) -> Result<Table> {
         let path = dir.join(TABLE_DEF_FILE);
         let bytes = std::fs::read(&path).map_err(EngineError::io(&path))?;
         let stored: StoredTableDef =
@@ -144,8 +146,10 @@ impl Table {
             }
         }
         parts.sort_by(|a, b| a.name.insertion_order(&b.name));
-        let max_block = parts.iter().map(|p| p.name.max_block).max().unwrap_or(0);
-        let dedup_ids = parts.iter().filter_map(|p| p.meta.dedup_id.clone()).collect();
+        let found = FoundBlocks {
+            max_block: parts.iter().map(|p| p.name.max_block).max().unwrap_or(0),
+            dedup_ids: parts.iter().filter_map(|p| p.meta.dedup_id.clone()).collect(),
+        };
         let (active, covered): (Vec<_>, Vec<_>) = {
             let names: Vec<PartName> = parts.iter().map(|p| p.name.clone()).collect();
             parts.into_iter().partition(|p| !names.iter().any(|n| n.covers(&p.name)))
@@ -154,12 +158,7 @@ impl Table {
             // A merge finished but crashed before removing its sources.
             std::fs::remove_dir_all(&part.dir).map_err(EngineError::io(&part.dir))?;
         }
-        let committer = Box::new(LocalCommitter::open(
-            dir,
-            def.settings.non_replicated_deduplication_window,
-            max_block,
-            dedup_ids,
-        )?);
+        let committer = committers.committer(&def, dir, found)?;
         let selector = Box::new(SizeTieredSelector {
             max_parts: def.settings.max_parts_to_merge_at_once.max(2) as usize,
             max_bytes: def.settings.max_bytes_to_merge_at_max_space_in_pool,
@@ -170,7 +169,6 @@ impl Table {
             schema,
             key_columns,
             committer,
-            commit_lock: Mutex::new(()),
             state: Mutex::new(TableState { active: active.into_iter().map(Arc::new).collect(), ..Default::default() }),
             merge_done: Condvar::new(),
             selector,
@@ -202,6 +200,15 @@ impl Table {
 
     fn lock_state(&self) -> MutexGuard<'_, TableState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hold_block(&self, reservation: &Reservation) {
+        self.lock_state().reserved_blocks.insert((reservation.partition_id.clone(), reservation.block));
+    }
+
+    fn release_block(&self, reservation: &Reservation) {
+        self.lock_state().reserved_blocks.remove(&(reservation.partition_id.clone(), reservation.block));
+        self.merge_done.notify_all();
     }
 
     /// The active parts now, held for a read.
@@ -258,6 +265,11 @@ impl Table {
     pub fn drop_data(&self) -> Result<()> {
         std::fs::remove_dir_all(&self.dir).map_err(EngineError::io(&self.dir))
     }
+}
+
+/// Runs file and CPU work of the async entry points on tokio's blocking threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| EngineError::TaskFailed(e.to_string()))?
 }
 
 fn detach_broken(table_dir: &Path, name: &str, error: &EngineError) -> Result<()> {

@@ -6,9 +6,12 @@ use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt64Array};
 use arrow::datatypes::UInt64Type;
 
 use super::*;
+use crate::commit::{BoxFuture, Coordination, ExtraOp, LocalCommitters, Refusal};
 use crate::schema::{ColumnDef, EngineKind, TableDef};
 use crate::settings::TableSettings;
 use crate::types::ChType;
+
+const LOCAL: LocalCommitters = LocalCommitters { coordination: None };
 
 fn def(settings: TableSettings) -> TableDef {
     TableDef {
@@ -40,7 +43,7 @@ fn rows(streams: Vec<crate::merge::SortedStream>) -> u64 {
 #[test]
 fn outdated_parts_stay_on_disk_while_a_reader_holds_them() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let table = Table::create(&dir.path().join("t"), def(TableSettings::default())).expect("create");
+    let table = Table::create(&dir.path().join("t"), def(TableSettings::default()), &LOCAL).expect("create");
     table.insert(block(&table, 0..10), &InsertOptions::default()).expect("insert");
     table.insert(block(&table, 10..20), &InsertOptions::default()).expect("insert");
     let reader = table.snapshot();
@@ -58,7 +61,7 @@ fn outdated_parts_stay_on_disk_while_a_reader_holds_them() {
 fn restart_drops_parts_covered_by_a_merge_and_temporary_ones() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t");
-    let table = Table::create(&path, def(TableSettings::default())).expect("create");
+    let table = Table::create(&path, def(TableSettings::default()), &LOCAL).expect("create");
     table.insert(block(&table, 0..10), &InsertOptions::default()).expect("insert");
     table.insert(block(&table, 10..20), &InsertOptions::default()).expect("insert");
     let sources = table.snapshot();
@@ -82,7 +85,7 @@ fn restart_drops_parts_covered_by_a_merge_and_temporary_ones() {
         copy(&entry.path(), &path.join(entry.file_name()));
     }
     std::fs::create_dir_all(path.join("tmp_insert_all_9")).expect("tmp");
-    let reopened = Table::open(&path).expect("reopen");
+    let reopened = Table::open(&path, &LOCAL).expect("reopen");
     let active: Vec<String> = reopened.parts_info().iter().map(|p| p.name.clone()).collect();
     assert_eq!(active, vec!["all_1_2_1"]);
     assert!(!path.join("tmp_insert_all_9").exists() && !path.join("all_1_1_0").exists());
@@ -93,7 +96,7 @@ fn restart_drops_parts_covered_by_a_merge_and_temporary_ones() {
 fn primary_key_range_reads_only_matching_granules() {
     let dir = tempfile::tempdir().expect("tempdir");
     let settings = TableSettings { index_granularity: 100, ..Default::default() };
-    let table = Table::create(&dir.path().join("t"), def(settings)).expect("create");
+    let table = Table::create(&dir.path().join("t"), def(settings), &LOCAL).expect("create");
     table.insert(block(&table, 0..10_000), &InsertOptions::default()).expect("insert");
     let bound = |v: u64, inclusive| KeyBound { value: Arc::new(UInt64Array::from(vec![v])), inclusive };
     let options = ReadOptions {
@@ -119,7 +122,7 @@ fn too_many_parts_fails_the_insert() {
         max_delay_to_insert: 0,
         ..Default::default()
     };
-    let table = Table::create(&dir.path().join("t"), def(settings)).expect("create");
+    let table = Table::create(&dir.path().join("t"), def(settings), &LOCAL).expect("create");
     table.stop_merges();
     for i in 0..3 {
         table.insert(block(&table, i * 10..i * 10 + 10), &InsertOptions::default()).expect("insert");
@@ -134,7 +137,7 @@ fn final_split_into_key_ranges_equals_one_merge() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut definition = def(TableSettings { index_granularity: 1000, ..Default::default() });
     definition.engine = EngineKind::ReplacingMergeTree { version: Some("v".into()), is_deleted: None };
-    let table = Table::create(&dir.path().join("t"), definition).expect("create");
+    let table = Table::create(&dir.path().join("t"), definition, &LOCAL).expect("create");
     table.stop_merges();
     // Three overlapping parts with every key repeated, and one part beyond them.
     for (offset, step) in [(0u64, 3u64), (1, 2), (0, 1)] {
@@ -172,7 +175,7 @@ fn final_split_into_key_ranges_equals_one_merge() {
 fn a_prepared_insert_is_invisible_until_committed_and_survives_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t");
-    let table = Table::create(&path, def(TableSettings::default())).expect("create");
+    let table = Table::create(&path, def(TableSettings::default()), &LOCAL).expect("create");
     let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()) };
     let first = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
     table.prepare_insert(block(&table, 10..15), &InsertOptions::default(), "offset 15").expect("prepare");
@@ -181,7 +184,7 @@ fn a_prepared_insert_is_invisible_until_committed_and_survives_a_restart() {
     drop(table);
 
     // After a restart the one still prepared is found with its record, and can be committed.
-    let table = Table::open(&path).expect("reopen");
+    let table = Table::open(&path, &LOCAL).expect("reopen");
     assert!(table.parts_info().is_empty());
     let mut prepared = table.prepared_inserts().expect("list");
     assert_eq!(prepared.len(), 1);
@@ -190,4 +193,90 @@ fn a_prepared_insert_is_invisible_until_committed_and_survives_a_restart() {
     assert_eq!(summary.parts, vec!["all_1_1_0"]);
     assert!(table.prepared_inserts().expect("list").is_empty());
     assert_eq!(rows(table.scan(&ReadOptions::default()).expect("scan")), 5);
+}
+
+#[test]
+fn optimize_waits_for_an_insert_holding_a_block_inside_the_partition() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = Arc::new(Table::create(&dir.path().join("t"), def(TableSettings::default()), &LOCAL).expect("create"));
+    for i in 0..3 {
+        table.insert(block(&table, i * 10..i * 10 + 10), &InsertOptions::default()).expect("insert");
+    }
+    // Block 2 belongs to an insert still in flight: a merge of 1 and 3 would cover it.
+    table.lock_state().active.retain(|p| p.name.min_block != 2);
+    let held = Reservation { partition_id: "all".into(), block: 2, dedup_id: None };
+    table.hold_block(&held);
+    let optimize = {
+        let table = table.clone();
+        std::thread::spawn(move || table.optimize(&OptimizeRequest { final_merge: true, ..Default::default() }))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(!optimize.is_finished(), "OPTIMIZE waits for block 2");
+    assert_eq!(table.parts_info().len(), 2);
+    table.release_block(&held);
+    optimize.join().expect("thread").expect("optimize");
+    let active: Vec<String> = table.parts_info().into_iter().filter(|p| p.active).map(|p| p.name).collect();
+    assert_eq!(active, ["all_1_3_1"]);
+}
+
+/// The storage node's coordinator as the engine sees it, answering as told.
+struct Answering(Result<Vec<i32>>);
+
+impl Coordination for Answering {
+    fn apply<'a>(&'a self, ops: &'a [ExtraOp]) -> BoxFuture<'a, Result<Vec<i32>>> {
+        let answer = match &self.0 {
+            Ok(versions) => Ok(versions.clone()),
+            Err(_) => Err(EngineError::CommitRefused { path: ops[0].path().to_string(), refusal: Refusal::BadVersion }),
+        };
+        Box::pin(async move { answer })
+    }
+}
+
+fn table_answering(dir: &Path, answer: Result<Vec<i32>>) -> Arc<Table> {
+    let committers = LocalCommitters { coordination: Some(Arc::new(Answering(answer))) };
+    let settings = TableSettings { non_replicated_deduplication_window: 100, ..Default::default() };
+    Arc::new(Table::create(&dir.join("t"), def(settings), &committers).expect("create"))
+}
+
+fn offset_op() -> Vec<ExtraOp> {
+    vec![ExtraOp::SetData { path: "/offsets/p/0".into(), data: b"10".to_vec(), expected_version: 3 }]
+}
+
+#[tokio::test]
+async fn a_prepared_insert_commits_with_its_extra_ops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = table_answering(dir.path(), Ok(vec![4]));
+    let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()) };
+    let prepared = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
+    let (summary, outcome) = table.commit_prepared_with(prepared, offset_op()).await.expect("commit");
+    assert_eq!((summary.parts, outcome.versions), (vec!["all_1_1_0".to_string()], vec![4]));
+    assert!(table.prepared_inserts().expect("list").is_empty());
+
+    // The same token again: the part is a duplicate, and the extra ops still commit.
+    let again = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
+    let (summary, outcome) = table.commit_prepared_with(again, offset_op()).await.expect("commit");
+    assert_eq!((summary.parts.len(), summary.deduplicated, outcome.versions), (0, 1, vec![4]));
+}
+
+#[tokio::test]
+async fn a_refused_commit_hands_the_prepared_insert_back_and_activates_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let refusing = Err(EngineError::Coordinator("refused".into()));
+    let table = table_answering(dir.path(), refusing);
+    let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()) };
+    let prepared = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
+    let Err(PreparedCommitError::Uncommitted { prepared, error }) =
+        table.commit_prepared_with(prepared, offset_op()).await
+    else {
+        panic!("the commit is refused");
+    };
+    assert!(matches!(error, EngineError::CommitRefused { refusal: Refusal::BadVersion, .. }), "{error}");
+    assert!(table.parts_info().is_empty(), "nothing is visible");
+    assert!(table.lock_state().reserved_blocks.is_empty(), "the block is given up");
+    // The dedup id is free again: committing the prepared insert now (the caller learnt the
+    // commit happened after all) makes its part active.
+    let t = table.clone();
+    let summary =
+        tokio::task::spawn_blocking(move || t.commit_prepared(prepared)).await.expect("task").expect("commit");
+    assert_eq!(summary.parts, vec!["all_2_2_0"]);
 }
