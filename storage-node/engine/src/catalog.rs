@@ -123,6 +123,44 @@ impl Catalog {
         Ok(())
     }
 
+    /// CREATE TABLE from async code: the table is registered where its committer needs it
+    /// (a replicated table with its replicas) before its files are made.
+    pub async fn create_table_async(self: &Arc<Self>, def: TableDef, if_not_exists: bool) -> Result<()> {
+        if self.tables.read().unwrap_or_else(|p| p.into_inner()).contains_key(&def.name) {
+            return self.create_table(def, if_not_exists);
+        }
+        crate::names::validate_table_name(&def.name)?;
+        def.validate()?;
+        self.committers.register(&def).await?;
+        let catalog = self.clone();
+        let created_def = def.clone();
+        let created = tokio::task::spawn_blocking(move || catalog.create_table(created_def, if_not_exists))
+            .await
+            .map_err(|e| EngineError::TaskFailed(e.to_string()))
+            .and_then(|r| r);
+        if let Err(e) = &created {
+            if let Err(undo) = self.committers.unregister(&def).await {
+                warn!(table = %def.name, error = %undo, "cannot undo the registration of a table that failed: {e}");
+            }
+        }
+        created
+    }
+
+    /// DROP TABLE from async code: the files go, then the table's registration.
+    pub async fn drop_table_async(self: &Arc<Self>, name: &str, if_exists: bool) -> Result<()> {
+        let def = match self.table(name) {
+            Ok(table) => table.def().clone(),
+            Err(_) if if_exists => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let catalog = self.clone();
+        let dropped = name.to_string();
+        tokio::task::spawn_blocking(move || catalog.drop_table(&dropped, if_exists))
+            .await
+            .map_err(|e| EngineError::TaskFailed(e.to_string()))??;
+        self.committers.unregister(&def).await
+    }
+
     pub fn drop_table(&self, name: &str, if_exists: bool) -> Result<()> {
         let table = {
             let mut tables = self.tables.write().unwrap_or_else(|p| p.into_inner());

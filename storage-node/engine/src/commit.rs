@@ -15,7 +15,7 @@
 //! `block_numbers/<partition>`, and one `multi` holding the log entry, the part's node, the
 //! deduplication node and the extra ops. [`CommitterFactory`] picks one per table.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 use crate::error::{EngineError, Result};
+use crate::part::meta::FileChecksum;
 use crate::part::name::PartName;
 use crate::schema::TableDef;
 
@@ -99,6 +100,8 @@ pub struct PartCommit {
     pub reservation: Reservation,
     pub name: PartName,
     pub rows: u64,
+    /// Each file's size and CRC: what a replica fetching the part checks it against.
+    pub files: BTreeMap<String, FileChecksum>,
 }
 
 /// What a successful [`PartCommitter::commit`] did.
@@ -106,6 +109,9 @@ pub struct PartCommit {
 pub struct CommitOutcome {
     /// The new version of each extra op's node, in the order of the ops.
     pub versions: Vec<i32>,
+    /// Parts (indices into the committed ones) found to be duplicates while committing: an
+    /// insert of the same block through another replica got there first. They are dropped.
+    pub duplicates: Vec<usize>,
 }
 
 pub trait PartCommitter: Send + Sync {
@@ -136,9 +142,22 @@ pub struct FoundBlocks {
     pub dedup_ids: Vec<String>,
 }
 
-/// Makes each table's committer, by the table's engine.
+/// Makes each table's committer, by the table's engine, and registers a new table where its
+/// committer needs it (a replicated table's nodes in the coordinator).
 pub trait CommitterFactory: Send + Sync {
     fn committer(&self, def: &TableDef, dir: &Path, found: FoundBlocks) -> Result<Arc<dyn PartCommitter>>;
+
+    /// Before a new table's files are made: a replicated table joins its replicas here (and
+    /// fails when its definition differs from theirs).
+    fn register<'a>(&'a self, _def: &'a TableDef) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// After a table's files are gone (DROP TABLE), or when its creation failed after
+    /// [`register`](Self::register).
+    fn unregister<'a>(&'a self, _def: &'a TableDef) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Every table local, with the extra ops of inserts run on `coordination` when there is one.
@@ -149,6 +168,9 @@ pub struct LocalCommitters {
 
 impl CommitterFactory for LocalCommitters {
     fn committer(&self, def: &TableDef, dir: &Path, found: FoundBlocks) -> Result<Arc<dyn PartCommitter>> {
+        if def.replication.is_some() {
+            return Err(EngineError::NoCoordinator { path: def.engine_name() });
+        }
         let committer = LocalCommitter::open(dir, def.settings.non_replicated_deduplication_window, found)?;
         Ok(Arc::new(committer.with_coordination(self.coordination.clone())))
     }
@@ -301,7 +323,7 @@ impl PartCommitter for LocalCommitter {
             let Some(coordination) = &self.coordination else {
                 return Err(EngineError::NoCoordinator { path: extra[0].path().to_string() });
             };
-            Ok(CommitOutcome { versions: coordination.apply(extra).await? })
+            Ok(CommitOutcome { versions: coordination.apply(extra).await?, duplicates: Vec::new() })
         })
     }
 
@@ -365,7 +387,7 @@ mod tests {
         let Reserved::Block(reservation) = reserve(committer, id) else { return None };
         let block = reservation.block;
         let name = PartName { partition_id: "all".into(), min_block: block, max_block: block, level: 0 };
-        let parts = [PartCommit { reservation, name, rows: 1 }];
+        let parts = [PartCommit { reservation, name, rows: 1, files: BTreeMap::new() }];
         block_on(committer.commit(&parts, &[])).expect("commit");
         committer.activated(&parts).expect("activated");
         Some(block)
@@ -439,7 +461,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(!second.is_finished(), "the second reservation waits for the first");
         let name = PartName { partition_id: "all".into(), min_block: 1, max_block: 1, level: 0 };
-        committer.activated(&[PartCommit { reservation, name, rows: 1 }]).expect("activated");
+        committer.activated(&[PartCommit { reservation, name, rows: 1, files: BTreeMap::new() }]).expect("activated");
         assert_eq!(second.join().expect("second"), Reserved::Duplicate);
     }
 

@@ -74,8 +74,13 @@ pub enum EngineError {
     #[error("a blocking task of the engine failed: {0}")]
     TaskFailed(String),
 
-    #[error("the commit of {path} needs a coordinator, and this node has none")]
+    #[error("{path} needs a coordinator, and this storage node has none: start it with --coordinator")]
     NoCoordinator { path: String },
+
+    /// ClickHouse's errors of replicated tables, with its code names (METADATA_MISMATCH,
+    /// REPLICA_ALREADY_EXISTS, TABLE_IS_READ_ONLY, …).
+    #[error("{message} ({code})")]
+    Replication { code: &'static str, message: String },
 }
 
 impl EngineError {

@@ -30,6 +30,35 @@ pub enum KeyExpr {
     Tuple(Vec<KeyExpr>),
 }
 
+/// The expression as ClickHouse writes it back (`toYYYYMM(d)`, `(a, b)`).
+impl std::fmt::Display for KeyExpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |f: &mut std::fmt::Formatter<'_>, items: &[KeyExpr]| -> std::fmt::Result {
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{item}")?;
+            }
+            Ok(())
+        };
+        match self {
+            KeyExpr::Column(name) => f.write_str(name),
+            KeyExpr::Literal(value) => write!(f, "{value}"),
+            KeyExpr::Call { function, args } => {
+                write!(f, "{function}(")?;
+                list(f, args)?;
+                f.write_str(")")
+            }
+            KeyExpr::Tuple(items) => {
+                f.write_str("(")?;
+                list(f, items)?;
+                f.write_str(")")
+            }
+        }
+    }
+}
+
 /// Functions a partition or sorting key may call (named in the error for any other).
 pub const PARTITION_FUNCTIONS: &[&str] = &[
     "toYYYYMM",

@@ -49,6 +49,20 @@ impl EngineKind {
     }
 }
 
+/// The two arguments of a `Replicated*` engine, as written: macros (`{shard}`, `{replica}`,
+/// `{database}`, `{table}`, `{uuid}`) are expanded by the storage node that opens the table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicationArgs {
+    pub zookeeper_path: String,
+    pub replica_name: String,
+}
+
+impl ReplicationArgs {
+    /// ClickHouse's `default_replica_path` and `default_replica_name`.
+    pub const DEFAULT_PATH: &'static str = "/clickhouse/tables/{uuid}/{shard}";
+    pub const DEFAULT_NAME: &'static str = "{replica}";
+}
+
 /// A sorting-key element that is an expression, not a column (`ORDER BY toDate(ts)`). Parts
 /// store its value as a hidden column after the table's columns, so that sorting, merging,
 /// FINAL and the sparse index treat it like any key column; queries never see it.
@@ -79,9 +93,30 @@ pub struct TableDef {
     /// `DEFAULT` values by column: the literal as written, for inserts that leave it out.
     pub defaults: BTreeMap<String, String>,
     pub settings: TableSettings,
+    /// Set for the `Replicated*` engines.
+    pub replication: Option<ReplicationArgs>,
+    /// `CREATE TABLE t UUID '…'`: the `{uuid}` of the replication path.
+    pub uuid: Option<String>,
 }
 
 impl TableDef {
+    /// How many recent insert block ids count for deduplication: the replicated or the
+    /// non-replicated window, by engine; 0 turns deduplication off.
+    pub fn deduplication_window(&self) -> u64 {
+        match self.replication {
+            Some(_) => self.settings.replicated_deduplication_window,
+            None => self.settings.non_replicated_deduplication_window,
+        }
+    }
+
+    /// The engine as ClickHouse names it: `ReplicatedReplacingMergeTree`, say.
+    pub fn engine_name(&self) -> String {
+        match self.replication {
+            Some(_) => format!("Replicated{}", self.engine.name()),
+            None => self.engine.name().to_string(),
+        }
+    }
+
     /// A column by name: the table's own, or a sorting-key expression's hidden one.
     pub fn column(&self, name: &str) -> Option<&ColumnDef> {
         self.columns.iter().chain(self.sort_expressions.iter().map(|e| &e.column)).find(|c| c.name == name)
@@ -294,6 +329,10 @@ pub struct StoredTableDef {
     #[serde(default)]
     pub defaults: BTreeMap<String, String>,
     pub settings: TableSettings,
+    #[serde(default)]
+    pub replication: Option<ReplicationArgs>,
+    #[serde(default)]
+    pub uuid: Option<String>,
 }
 
 impl From<&TableDef> for StoredTableDef {
@@ -312,6 +351,8 @@ impl From<&TableDef> for StoredTableDef {
                 .collect(),
             defaults: def.defaults.clone(),
             settings: def.settings.clone(),
+            replication: def.replication.clone(),
+            uuid: def.uuid.clone(),
         }
     }
 }
@@ -338,6 +379,8 @@ impl StoredTableDef {
             sort_expressions,
             defaults: self.defaults,
             settings: self.settings,
+            replication: self.replication,
+            uuid: self.uuid,
         })
     }
 }

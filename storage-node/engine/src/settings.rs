@@ -23,6 +23,13 @@ pub struct TableSettings {
     pub max_bytes_to_merge_at_max_space_in_pool: u64,
     /// At most this many parts go into one background merge.
     pub max_parts_to_merge_at_once: u64,
+    /// How many recent insert block ids a replicated table keeps in `blocks/`; 0 disables dedup.
+    pub replicated_deduplication_window: u64,
+    /// Block ids younger than this many seconds are kept even past the window.
+    pub replicated_deduplication_window_seconds: u64,
+    /// Log entries kept for replicas that fell behind; one further behind is marked lost.
+    pub max_replicated_logs_to_keep: u64,
+    pub min_replicated_logs_to_keep: u64,
 }
 
 impl Default for TableSettings {
@@ -38,6 +45,10 @@ impl Default for TableSettings {
             allow_nullable_key: false,
             max_bytes_to_merge_at_max_space_in_pool: 150 * 1024 * 1024 * 1024,
             max_parts_to_merge_at_once: 100,
+            replicated_deduplication_window: 10000,
+            replicated_deduplication_window_seconds: 3600,
+            max_replicated_logs_to_keep: 1000,
+            min_replicated_logs_to_keep: 10,
         }
     }
 }
@@ -83,6 +94,10 @@ impl TableSettings {
             "allow_nullable_key" => self.allow_nullable_key = flag(value)?,
             "max_bytes_to_merge_at_max_space_in_pool" => self.max_bytes_to_merge_at_max_space_in_pool = uint(value)?,
             "max_parts_to_merge_at_once" => self.max_parts_to_merge_at_once = uint(value)?,
+            "replicated_deduplication_window" => self.replicated_deduplication_window = uint(value)?,
+            "replicated_deduplication_window_seconds" => self.replicated_deduplication_window_seconds = uint(value)?,
+            "max_replicated_logs_to_keep" => self.max_replicated_logs_to_keep = uint(value)?,
+            "min_replicated_logs_to_keep" => self.min_replicated_logs_to_keep = uint(value)?,
             other => return Err(EngineError::UnknownSetting(other.to_string())),
         }
         Ok(())

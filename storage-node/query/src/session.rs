@@ -157,9 +157,9 @@ impl Session {
         let mut out = String::new();
         match statement {
             Statement::CreateTable { def, if_not_exists } => {
-                self.catalog.create_table(*def, if_not_exists)?;
+                self.catalog.create_table_async(*def, if_not_exists).await?;
             }
-            Statement::DropTable { name, if_exists } => self.catalog.drop_table(&name, if_exists)?,
+            Statement::DropTable { name, if_exists } => self.catalog.drop_table_async(&name, if_exists).await?,
             Statement::ShowTables => {
                 let names: Vec<String> = self.catalog.tables().iter().map(|t| t.name().to_string()).collect();
                 let schema = Arc::new(Schema::new(vec![Field::new("name", ArrowType::Utf8, false)]));
@@ -286,6 +286,7 @@ impl Session {
         let deduplicate = self.setting(&insert.settings, "insert_deduplicate").is_none_or(|v| v != "0");
         let options = InsertOptions {
             deduplication_token: self.setting(&insert.settings, "insert_deduplication_token").filter(|_| deduplicate),
+            skip_deduplication: !deduplicate,
         };
         let columns = insert_columns(&table, insert.columns.as_deref())?;
         let blocks = match insert.source {

@@ -15,8 +15,8 @@ use arrow::compute::concat_batches;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use coordinator_client::offset::validate_node_path;
-use coordinator_client::{Keeper, KeeperError, OffsetRecord, TxnResult};
-use mergestream_engine::commit::{BoxFuture, Coordination, ExtraOp, Refusal};
+use coordinator_client::{KeeperError, OffsetRecord};
+use mergestream_engine::commit::{ExtraOp, Refusal};
 use mergestream_engine::{Catalog, EngineError, InsertOptions, PreparedCommitError, PreparedInsert, Table};
 use mergestream_proto::ingest::ingest_server::Ingest;
 use mergestream_proto::ingest::{
@@ -24,8 +24,8 @@ use mergestream_proto::ingest::{
 };
 use mergestream_proto::refusal::Reason;
 use mergestream_query::{OutputFormat, Session};
+use mergestream_replication::session::{is_outcome_unknown, CoordinatorSession};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
 use tracing::{error, info, warn};
 
@@ -45,99 +45,25 @@ fn new_attempt_id() -> String {
     format!("{started:x}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// A coordinator session that is made again when it is lost.
-pub struct Coordinator {
-    hosts: String,
-    session_timeout: Duration,
-    keeper: Mutex<Option<Keeper>>,
-}
+/// The node's coordinator session, as the insert service uses it.
+pub type Coordinator = CoordinatorSession;
 
-impl Coordinator {
-    pub fn new(hosts: String, session_timeout: Duration) -> Coordinator {
-        Coordinator { hosts, session_timeout, keeper: Mutex::new(None) }
-    }
-
-    async fn keeper(&self) -> Result<Keeper, KeeperError> {
-        let mut slot = self.keeper.lock().await;
-        if let Some(k) = slot.as_ref() {
-            return Ok(k.clone());
-        }
-        let k = Keeper::connect(&self.hosts, self.session_timeout).await?;
-        *slot = Some(k.clone());
-        Ok(k)
-    }
-
-    async fn forget_if_lost(&self, e: &KeeperError) {
-        if e.is_session_lost() || matches!(e, KeeperError::Connect { .. }) {
-            *self.keeper.lock().await = None;
-        }
-    }
-
-    async fn read_offset(&self, path: &str) -> Result<Option<(OffsetRecord, i32)>, OffsetReadError> {
-        let k = self.keeper().await?;
-        match k.get(path).await {
-            Ok(None) => Ok(None),
-            Ok(Some(v)) => match OffsetRecord::decode(&v.data) {
-                Ok(record) => Ok(Some((record, v.version))),
-                Err(message) => {
-                    metrics::counter!("mergestream_storage_corrupt_offset_records_total").increment(1);
-                    Err(OffsetReadError::Corrupt { path: path.to_string(), message })
-                }
-            },
-            Err(e) => {
-                self.forget_if_lost(&e).await;
-                Err(e.into())
+/// The offset node and its version; `None` if it does not exist.
+async fn read_offset(coordinator: &Coordinator, path: &str) -> Result<Option<(OffsetRecord, i32)>, OffsetReadError> {
+    let k = coordinator.keeper().await?;
+    match k.get(path).await {
+        Ok(None) => Ok(None),
+        Ok(Some(v)) => match OffsetRecord::decode(&v.data) {
+            Ok(record) => Ok(Some((record, v.version))),
+            Err(message) => {
+                metrics::counter!("mergestream_storage_corrupt_offset_records_total").increment(1);
+                Err(OffsetReadError::Corrupt { path: path.to_string(), message })
             }
+        },
+        Err(e) => {
+            coordinator.forget_if_lost(&e).await;
+            Err(e.into())
         }
-    }
-}
-
-impl Coordination for Coordinator {
-    fn apply<'a>(&'a self, ops: &'a [ExtraOp]) -> BoxFuture<'a, Result<Vec<i32>, EngineError>> {
-        Box::pin(async move {
-            let k = match self.keeper().await {
-                Ok(k) => k,
-                // Nothing was sent: nothing was applied.
-                Err(e) => return Err(EngineError::Coordinator(e.to_string())),
-            };
-            let mut txn = k.txn();
-            for op in ops {
-                txn = match op {
-                    ExtraOp::SetData { path, data, expected_version } => txn.set(path, data, Some(*expected_version)),
-                };
-            }
-            match txn.commit().await {
-                Ok(results) => Ok(results
-                    .into_iter()
-                    .filter_map(|r| match r {
-                        TxnResult::Set { version } => Some(version),
-                        _ => None,
-                    })
-                    .collect()),
-                Err(e) => {
-                    self.forget_if_lost(&e).await;
-                    Err(commit_error(e))
-                }
-            }
-        })
-    }
-}
-
-/// A failed `multi` as the engine's commit error: refused (nothing applied), unknown, or failed.
-fn commit_error(e: KeeperError) -> EngineError {
-    let refusal = if e.is_bad_version() {
-        Some(Refusal::BadVersion)
-    } else if e.is_no_node() {
-        Some(Refusal::NoNode)
-    } else if e.is_node_exists() {
-        Some(Refusal::NodeExists)
-    } else {
-        None
-    };
-    match (refusal, &e) {
-        (Some(refusal), KeeperError::Txn { path, .. }) => EngineError::CommitRefused { path: path.clone(), refusal },
-        _ if is_outcome_unknown(&e) => EngineError::CommitOutcomeUnknown(e.to_string()),
-        _ => EngineError::Coordinator(e.to_string()),
     }
 }
 
@@ -184,7 +110,13 @@ fn engine_status(e: EngineError) -> Status {
         | EngineError::BadTableName { .. }
         | EngineError::BadTableDefinition(_) => Status::invalid_argument(e.to_string()),
         EngineError::DirectoryInTheWay { .. } => Status::failed_precondition(e.to_string()),
-        EngineError::Coordinator(_) | EngineError::CommitOutcomeUnknown(_) => Status::unavailable(e.to_string()),
+        EngineError::Coordinator(_) | EngineError::CommitOutcomeUnknown(_) | EngineError::CommitRefused { .. } => {
+            Status::unavailable(e.to_string())
+        }
+        EngineError::Replication { code: "TABLE_IS_READ_ONLY", .. } => Status::unavailable(e.to_string()),
+        EngineError::Replication { .. } | EngineError::NoCoordinator { .. } => {
+            Status::failed_precondition(e.to_string())
+        }
         _ => Status::internal(e.to_string()),
     }
 }
@@ -267,7 +199,7 @@ impl IngestService {
         let pending: PendingCommit = serde_json::from_str(&p.record.context)
             .map_err(|e| Unresolved::Kept(format!("its record of the offset commit cannot be read: {e}")))?;
         validate_node_path(&pending.path).map_err(|e| Unresolved::Kept(format!("its offset path is invalid: {e}")))?;
-        let committed = match coordinator.read_offset(&pending.path).await {
+        let committed = match read_offset(coordinator, &pending.path).await {
             Ok(current) => current.is_some_and(|(record, _)| record.attempt == pending.attempt),
             Err(e) if e.is_transient() => return Err(Unresolved::Coordinator(e.to_string())),
             Err(e) => return Err(Unresolved::Kept(e.to_string())),
@@ -324,7 +256,7 @@ async fn commit_with_offset(
     let attempt = new_attempt_id();
     let pending = PendingCommit { path: offset.path.clone(), token: token.clone(), attempt: attempt.clone() };
     let context = serde_json::to_string(&pending).map_err(|e| Status::internal(e.to_string()))?;
-    let options = InsertOptions { deduplication_token: Some(token.clone()) };
+    let options = InsertOptions { deduplication_token: Some(token.clone()), ..Default::default() };
     let t = table.clone();
     let prepared = blocking(move || t.prepare_insert(batch, &options, &context)).await?.map_err(engine_status)?;
 
@@ -339,12 +271,15 @@ async fn commit_with_offset(
         }
         Err(PreparedCommitError::NotActivated(e)) => Err(engine_status(e)),
         Err(PreparedCommitError::Uncommitted { prepared, error }) => match error {
-            EngineError::CommitRefused { refusal: Refusal::NoNode, .. } => {
+            EngineError::CommitRefused { refusal: Refusal::NoNode, path } if path == offset.path => {
                 blocking(move || table.abort_prepared(prepared)).await?;
                 metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
                 Err(offset_node_missing(&offset.path))
             }
-            EngineError::CommitRefused { refusal: Refusal::BadVersion, .. } | EngineError::CommitOutcomeUnknown(_) => {
+            EngineError::CommitRefused { refusal: Refusal::BadVersion, ref path } if *path == offset.path => {
+                settle_unknown(&coordinator, table, prepared, &offset, &pending, error).await
+            }
+            EngineError::CommitOutcomeUnknown(_) => {
                 settle_unknown(&coordinator, table, prepared, &offset, &pending, error).await
             }
             error => {
@@ -361,13 +296,6 @@ fn offset_node_missing(path: &str) -> Status {
         .status(format!("offset node {path} does not exist: the writer creates it before its first block"))
 }
 
-/// The coordinator did not answer (the connection or the session broke): a write may or may
-/// not have been applied, and only reading the node back tells; a read is worth trying again.
-/// A failed connect is counted too: for a read, trying again is right.
-fn is_outcome_unknown(e: &KeeperError) -> bool {
-    e.is_connection_loss() || e.is_session_lost() || matches!(e, KeeperError::Connect { .. })
-}
-
 /// After a failed compare-and-set: reads the offset node back. If it names this attempt,
 /// the write went through before the connection broke; if it names another attempt at the
 /// same token, an earlier try committed the block and this one adds nothing.
@@ -382,7 +310,7 @@ async fn settle_unknown(
     let version_refused = matches!(error, EngineError::CommitRefused { refusal: Refusal::BadVersion, .. });
     let deadline = Instant::now() + Duration::from_secs(30);
     let current = loop {
-        match coordinator.read_offset(&offset.path).await {
+        match read_offset(coordinator, &offset.path).await {
             Ok(current) => break current,
             Err(e) if e.is_transient() && Instant::now() < deadline => {
                 warn!(path = offset.path, error = %e, "cannot read the offset node back yet");
@@ -481,8 +409,7 @@ impl IngestService {
             .map_err(|e| Status::internal(format!("the DDL's parser failed: {e}")))?
             .map_err(|e| Status::invalid_argument(format!("in the DDL: {e}")))?;
         let name = def.name.clone();
-        let catalog = self.catalog.clone();
-        blocking(move || catalog.create_table(def, true)).await?.map_err(engine_status)?;
+        self.catalog.create_table_async(def, true).await.map_err(engine_status)?;
         let table = self.table(&name)?;
         Ok(Response::new(TableSchema { table: name, arrow_schema: schema_bytes(&table)? }))
     }
@@ -510,7 +437,7 @@ impl IngestService {
             (Some(_), None) => return Err(Status::invalid_argument("an offset commit needs a deduplication token")),
             (None, token) => {
                 let rows = batch.num_rows() as u64;
-                let options = InsertOptions { deduplication_token: token };
+                let options = InsertOptions { deduplication_token: token, ..Default::default() };
                 let summary = table.insert_async(batch, options).await.map_err(engine_status)?;
                 InsertReply {
                     rows,
@@ -565,7 +492,7 @@ mod tests {
         let table = catalog.table("t").expect("table");
         let column: ArrayRef = Arc::new(UInt64Array::from_iter_values(0..10));
         let batch = RecordBatch::try_new(table.user_schema(), vec![column]).expect("batch");
-        let options = InsertOptions { deduplication_token: Some("p:t:topic:0:0-9".into()) };
+        let options = InsertOptions { deduplication_token: Some("p:t:topic:0:0-9".into()), ..Default::default() };
         table.prepare_insert(batch, &options, context).expect("prepare");
         catalog
     }

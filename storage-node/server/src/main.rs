@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use mergestream_engine::commit::LocalCommitters;
+use mergestream_engine::commit::{CommitterFactory, LocalCommitters};
 use mergestream_engine::Catalog;
 use mergestream_query::{OutputFormat, Session, QUERY_THREAD_STACK};
+use mergestream_replication::{ReplicaConfig, ReplicatedCommitters};
 
 #[derive(Parser)]
 #[command(name = "storage-node", version, about = "The mergestream storage node")]
@@ -67,6 +68,22 @@ struct ServeArgs {
     /// Threads running background merges.
     #[arg(long, default_value_t = 2)]
     merge_threads: usize,
+    /// This node's name as a replica of its replicated tables (the `{replica}` macro).
+    #[arg(long)]
+    replica: Option<String>,
+    /// Where other replicas reach this one, `host:port`, stored in the coordinator.
+    #[arg(long)]
+    interserver_addr: Option<String>,
+    /// A macro of replicated tables' paths, `KEY=VALUE` (`--macro shard=01`); repeatable.
+    #[arg(long = "macro", value_parser = parse_macro)]
+    macros: Vec<(String, String)>,
+}
+
+fn parse_macro(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() && !key.contains(['{', '}']) => Ok((key.into(), value.into())),
+        _ => Err(format!("expected KEY=VALUE, got '{text}'")),
+    }
 }
 
 #[derive(clap::Args)]
@@ -189,19 +206,29 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             .install()
             .context("cannot start the metrics exporter")?;
     }
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let coordinator = args.coordinator.map(|hosts| {
         Arc::new(ingest::Coordinator::new(hosts, std::time::Duration::from_millis(args.session_timeout_ms)))
     });
-    // Inserts' extra ops (the ingestor's offset node) commit on this node's coordinator session.
-    let committers = LocalCommitters {
-        coordination: coordinator.clone().map(|c| c as Arc<dyn mergestream_engine::commit::Coordination>),
+    // With a coordinator, replicated tables commit through it, and inserts' extra ops (the
+    // ingestor's offset node) go in the same multi; without one, every table is local.
+    let committers: Arc<dyn CommitterFactory> = match &coordinator {
+        Some(session) => Arc::new(ReplicatedCommitters::new(
+            session.clone(),
+            ReplicaConfig {
+                replica: args.replica,
+                interserver_addr: args.interserver_addr,
+                macros: args.macros.into_iter().collect(),
+            },
+            runtime.handle().clone(),
+        )),
+        None => Arc::new(LocalCommitters::default()),
     };
     let catalog = Arc::new(
-        Catalog::open_with(&args.path, args.merge_threads, Arc::new(committers))
+        Catalog::open_with(&args.path, args.merge_threads, committers)
             .with_context(|| format!("cannot open the data directory {}", args.path.display()))?,
     );
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let queries = tokio::runtime::Builder::new_multi_thread()
         .thread_name("query")
         .thread_stack_size(QUERY_THREAD_STACK)

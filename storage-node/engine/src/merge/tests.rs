@@ -23,6 +23,8 @@ fn table(engine: EngineKind, columns: &[(&str, ChType)]) -> TableDef {
         sort_expressions: vec![],
         defaults: Default::default(),
         settings: TableSettings::default(),
+        replication: None,
+        uuid: None,
     }
 }
 

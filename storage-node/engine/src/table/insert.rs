@@ -22,6 +22,8 @@ use crate::schema::EngineKind;
 pub struct InsertOptions {
     /// `insert_deduplication_token`: the dedup id of the insert instead of the data's hash.
     pub deduplication_token: Option<String>,
+    /// `insert_deduplicate = 0`: the insert is never a duplicate, whatever its rows or token.
+    pub skip_deduplication: bool,
 }
 
 /// What an insert did.
@@ -480,7 +482,7 @@ impl Table {
         options: &InsertOptions,
         block: &RecordBatch,
     ) -> Result<Option<String>> {
-        if self.def.settings.non_replicated_deduplication_window == 0 {
+        if self.def.deduplication_window() == 0 || options.skip_deduplication {
             return Ok(None);
         }
         // As ClickHouse does, a token is hashed into the id: any bytes a client sends make an
@@ -535,8 +537,8 @@ impl Table {
                         max_block: reservation.block,
                         level: u32::from(self.def.engine.merges_rows()),
                     };
-                    let rows = part.meta().rows;
-                    reserved.push(ReservedPart { part, commit: PartCommit { reservation, name, rows } });
+                    let (rows, files) = (part.meta().rows, part.meta().files.clone());
+                    reserved.push(ReservedPart { part, commit: PartCommit { reservation, name, rows, files } });
                 }
                 Err(error) => {
                     let rest = std::iter::once((part, dedup_id)).chain(pending).collect();
@@ -558,8 +560,14 @@ impl Table {
         let mut summary = InsertSummary { rows, deduplicated: committed.deduplicated, ..Default::default() };
         let mut activated = Vec::with_capacity(committed.parts.len());
         let mut failed = None;
-        for ReservedPart { part, commit } in committed.parts {
+        for (index, ReservedPart { part, commit }) in committed.parts.into_iter().enumerate() {
             self.release_block(&commit.reservation);
+            if committed.outcome.duplicates.contains(&index) {
+                debug!(table = %self.def.name, dedup_id = commit.reservation.dedup_id, "insert deduplicated");
+                part.abort();
+                summary.deduplicated += 1;
+                continue;
+            }
             if failed.is_some() {
                 part.abort();
                 self.committer.release(&commit.reservation);

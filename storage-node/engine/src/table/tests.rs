@@ -27,6 +27,8 @@ fn def(settings: TableSettings) -> TableDef {
         sort_expressions: vec![],
         defaults: Default::default(),
         settings,
+        replication: None,
+        uuid: None,
     }
 }
 
@@ -176,7 +178,7 @@ fn a_prepared_insert_is_invisible_until_committed_and_survives_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t");
     let table = Table::create(&path, def(TableSettings::default()), &LOCAL).expect("create");
-    let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()) };
+    let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()), ..Default::default() };
     let first = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
     table.prepare_insert(block(&table, 10..15), &InsertOptions::default(), "offset 15").expect("prepare");
     assert!(table.parts_info().is_empty(), "prepared parts are not visible");
@@ -246,7 +248,7 @@ fn offset_op() -> Vec<ExtraOp> {
 async fn a_prepared_insert_commits_with_its_extra_ops() {
     let dir = tempfile::tempdir().expect("tempdir");
     let table = table_answering(dir.path(), Ok(vec![4]));
-    let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()) };
+    let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()), ..Default::default() };
     let prepared = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
     let (summary, outcome) = table.commit_prepared_with(prepared, offset_op()).await.expect("commit");
     assert_eq!((summary.parts, outcome.versions), (vec!["all_1_1_0".to_string()], vec![4]));
@@ -263,7 +265,7 @@ async fn a_refused_commit_hands_the_prepared_insert_back_and_activates_nothing()
     let dir = tempfile::tempdir().expect("tempdir");
     let refusing = Err(EngineError::Coordinator("refused".into()));
     let table = table_answering(dir.path(), refusing);
-    let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()) };
+    let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()), ..Default::default() };
     let prepared = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
     let Err(PreparedCommitError::Uncommitted { prepared, error }) =
         table.commit_prepared_with(prepared, offset_op()).await

@@ -1,7 +1,7 @@
 //! CREATE TABLE … ENGINE = … into a [`TableDef`].
 
 use mergestream_engine::key_expr::KeyExpr;
-use mergestream_engine::schema::{sort_expression_name, SortExpression};
+use mergestream_engine::schema::{sort_expression_name, ReplicationArgs, SortExpression};
 use mergestream_engine::settings::TableSettings;
 use mergestream_engine::{ChType, ColumnDef, EngineError, EngineKind, TableDef};
 
@@ -12,6 +12,7 @@ use crate::error::{QueryError, Result};
 
 pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
     let name = c.table_name()?;
+    let uuid = if c.eat_word("UUID") { Some(parse_uuid_clause(c)?) } else { None };
     c.expect_punct("(")?;
     let mut defaults = std::collections::BTreeMap::new();
     let columns = c.list(")", false, |c| {
@@ -22,6 +23,7 @@ pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
         Ok(column)
     })?;
     let mut engine = None;
+    let mut replication = None;
     let mut partition_by = None;
     let mut order_by = None;
     let mut primary_key = None;
@@ -29,7 +31,9 @@ pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
     while !c.is_done() {
         if c.eat_word("ENGINE") {
             c.eat_punct("=");
-            engine = Some(parse_engine(c)?);
+            let (kind, args) = parse_engine(c)?;
+            engine = Some(kind);
+            replication = args;
         } else if c.eat_words(&["PARTITION", "BY"]) {
             partition_by = parse_partition_key(c)?;
         } else if c.eat_words(&["ORDER", "BY"]) {
@@ -79,8 +83,29 @@ pub fn parse_create_table(c: &mut Cursor<'_>) -> Result<TableDef> {
     };
     let order_by = order_by.iter().map(&mut key_name).collect::<Result<Vec<_>>>()?;
     let primary_key = primary_key.unwrap_or_default().iter().map(&mut key_name).collect::<Result<Vec<_>>>()?;
-    let def =
-        TableDef { name, columns, engine, partition_by, primary_key, order_by, sort_expressions, defaults, settings };
+    if let Some(args) = &replication {
+        let with_uuid = args.zookeeper_path.contains("{uuid}") || args.replica_name.contains("{uuid}");
+        if with_uuid && uuid.is_none() {
+            return Err(QueryError::Invalid(
+                "Macro 'uuid' in engine arguments is only supported when the UUID is explicitly specified, \
+                 used within an ON CLUSTER query, or when using the Replicated database engine"
+                    .into(),
+            ));
+        }
+    }
+    let def = TableDef {
+        name,
+        columns,
+        engine,
+        partition_by,
+        primary_key,
+        order_by,
+        sort_expressions,
+        defaults,
+        settings,
+        replication,
+        uuid,
+    };
     // A default must be a value of its column's type.
     for (column, default) in &def.defaults {
         let ty = def.column(column).map(|c| c.ty.clone()).unwrap_or(ChType::String);
@@ -159,18 +184,47 @@ fn arg_count_error(c: &Cursor<'_>, engine: &str, expected: &str, got: usize) -> 
     QueryError::syntax(c.source, c.offset(), format!("Storage {engine} requires {expected} parameters, {got} given"))
 }
 
-fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
+/// `UUID '…'` after the table name: a UUID in its canonical text form.
+fn parse_uuid_clause(c: &mut Cursor<'_>) -> Result<String> {
     let at = c.offset();
-    let name = c.ident("an engine name")?;
+    match c.advance() {
+        Some(t) if t.kind == TokenKind::Str && is_canonical_uuid(&t.text) => Ok(t.text.to_ascii_lowercase()),
+        _ => Err(QueryError::syntax(c.source, at, "expected a UUID string literal after UUID")),
+    }
+}
+
+fn is_canonical_uuid(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() == 36
+        && bytes.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
+/// `ENGINE = [Replicated]XMergeTree(args)`: the merging engine and, for the replicated ones,
+/// the Keeper path and replica name (their leading string arguments, or ClickHouse's defaults).
+fn parse_engine(c: &mut Cursor<'_>) -> Result<(EngineKind, Option<ReplicationArgs>)> {
+    let at = c.offset();
+    let full_name = c.ident("an engine name")?;
+    let replicated = full_name.starts_with("Replicated") && full_name.ends_with("MergeTree");
+    let name = if replicated { full_name["Replicated".len()..].to_string() } else { full_name.clone() };
     let mut args: Vec<Vec<String>> = Vec::new();
+    let mut paths: Vec<String> = Vec::new();
     if c.eat_punct("(") && !c.eat_punct(")") {
         loop {
+            let literal = c.peek().filter(|t| t.kind == TokenKind::Str || t.kind == TokenKind::Number);
             if c.eat_punct("(") {
                 args.push(c.list(")", false, |c| c.ident("a column name"))?);
-            } else if c.peek().is_some_and(|t| t.kind == TokenKind::Str || t.kind == TokenKind::Number) {
-                return Err(
-                    c.error("literal engine arguments are not supported (replicated engines come with replication)")
-                );
+            } else if let Some(token) = literal {
+                if !replicated || !args.is_empty() {
+                    return Err(c.error("literal engine arguments are not supported"));
+                }
+                if token.kind != TokenKind::Str {
+                    return Err(c.error("Path in ZooKeeper must be a string literal"));
+                }
+                paths.push(token.text.clone());
+                c.advance();
             } else {
                 args.push(vec![c.ident("a column name")?]);
             }
@@ -180,6 +234,26 @@ fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
             c.expect_punct(",")?;
         }
     }
+    let replication = match (replicated, paths.as_slice()) {
+        (false, _) => None,
+        (true, []) => Some(ReplicationArgs {
+            zookeeper_path: ReplicationArgs::DEFAULT_PATH.into(),
+            replica_name: ReplicationArgs::DEFAULT_NAME.into(),
+        }),
+        (true, [path, replica]) => {
+            if path.is_empty() || replica.is_empty() {
+                return Err(QueryError::syntax(c.source, at, "Path in ZooKeeper and replica name cannot be empty"));
+            }
+            Some(ReplicationArgs { zookeeper_path: path.clone(), replica_name: replica.clone() })
+        }
+        (true, _) => {
+            return Err(QueryError::syntax(
+                c.source,
+                at,
+                "Expected two string literal arguments: zookeeper_path and replica_name",
+            ))
+        }
+    };
     let single = |args: &[Vec<String>], i: usize| -> Option<String> {
         args.get(i).and_then(|a| (a.len() == 1).then(|| a[0].clone()))
     };
@@ -206,16 +280,9 @@ fn parse_engine(c: &mut Cursor<'_>) -> Result<EngineKind> {
             version: single(&args, 1).ok_or_else(|| c.error("the version column must be an identifier"))?,
         },
         "VersionedCollapsingMergeTree" => return Err(arg_count_error(c, &name, "2", n)),
-        other if other.starts_with("Replicated") => {
-            return Err(QueryError::syntax(
-                c.source,
-                at,
-                format!("engine {other} is not supported yet: replication is not built"),
-            ))
-        }
-        other => return Err(QueryError::syntax(c.source, at, format!("Unknown table engine {other}"))),
+        _ => return Err(QueryError::syntax(c.source, at, format!("Unknown table engine {full_name}"))),
     };
-    Ok(engine)
+    Ok((engine, replication))
 }
 
 /// `ORDER BY k`, `ORDER BY (a, toDate(ts))`, `ORDER BY tuple()`: columns or expressions.

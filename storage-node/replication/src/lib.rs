@@ -1,0 +1,119 @@
+//! Replicated tables: the `Replicated*` engines over the coordinator.
+//!
+//! A storage node is one replica. Its [`ReplicatedCommitters`] is the catalog's committer
+//! factory: non-replicated tables get the engine's local committer, replicated ones a
+//! [`ReplicatedCommitter`] whose block numbers, deduplication and commit live in the
+//! coordinator under the table's path ([`layout`]). Joining and leaving a table is
+//! [`register`]. The replication queue and part fetches come next (issue 16).
+
+pub mod committer;
+pub mod layout;
+pub mod macros;
+pub mod register;
+pub mod session;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use mergestream_engine::commit::{BoxFuture, CommitterFactory, FoundBlocks, LocalCommitters, PartCommitter};
+use mergestream_engine::{EngineError, Result, TableDef};
+use tracing::warn;
+
+pub use committer::ReplicatedCommitter;
+pub use layout::ReplicaPaths;
+pub use session::CoordinatorSession;
+
+/// This storage node as a replica: `--replica`, `--interserver-addr`, `--macro`.
+#[derive(Debug, Clone, Default)]
+pub struct ReplicaConfig {
+    /// The replica's name; also the `{replica}` macro unless `macros` sets one.
+    pub replica: Option<String>,
+    /// Where other replicas reach this one, written to its `host` node.
+    pub interserver_addr: Option<String>,
+    pub macros: BTreeMap<String, String>,
+}
+
+impl ReplicaConfig {
+    fn macros(&self) -> BTreeMap<String, String> {
+        let mut macros = self.macros.clone();
+        if let Some(replica) = &self.replica {
+            macros.entry("replica".into()).or_insert_with(|| replica.clone());
+        }
+        macros
+    }
+}
+
+/// The committer factory of a storage node with a coordinator.
+pub struct ReplicatedCommitters {
+    session: Arc<CoordinatorSession>,
+    config: ReplicaConfig,
+    runtime: tokio::runtime::Handle,
+    local: LocalCommitters,
+}
+
+impl ReplicatedCommitters {
+    pub fn new(
+        session: Arc<CoordinatorSession>,
+        config: ReplicaConfig,
+        runtime: tokio::runtime::Handle,
+    ) -> ReplicatedCommitters {
+        let local = LocalCommitters { coordination: Some(session.clone()) };
+        ReplicatedCommitters { session, config, runtime, local }
+    }
+
+    /// The table's and this replica's paths, macros expanded.
+    pub fn paths(&self, def: &TableDef) -> Result<Option<ReplicaPaths>> {
+        let Some(args) = &def.replication else { return Ok(None) };
+        let macros = self.config.macros();
+        let table = macros::normalize_path(&macros::expand(&args.zookeeper_path, &macros, def)?)?;
+        let replica = macros::expand(&args.replica_name, &macros, def)?;
+        if replica.is_empty() || replica.contains('/') {
+            return Err(EngineError::Replication {
+                code: "BAD_ARGUMENTS",
+                message: format!("Replica name must be non-empty and contain no '/', got '{replica}'"),
+            });
+        }
+        Ok(Some(ReplicaPaths { table, replica }))
+    }
+
+    async fn keeper(&self) -> Result<coordinator_client::Keeper> {
+        self.session.keeper().await.map_err(|e| EngineError::Coordinator(e.to_string()))
+    }
+}
+
+impl CommitterFactory for ReplicatedCommitters {
+    fn committer(&self, def: &TableDef, dir: &Path, found: FoundBlocks) -> Result<Arc<dyn PartCommitter>> {
+        let Some(paths) = self.paths(def)? else { return self.local.committer(def, dir, found) };
+        let session = self.session.clone();
+        let active = paths.clone();
+        self.runtime.spawn(async move {
+            let marked = match session.keeper().await {
+                Ok(k) => register::mark_active(&k, &active).await,
+                Err(e) => Err(EngineError::Coordinator(e.to_string())),
+            };
+            if let Err(e) = marked {
+                warn!(table = active.table, replica = active.replica, error = %e, "cannot mark the replica active");
+            }
+        });
+        let window = def.deduplication_window();
+        Ok(Arc::new(ReplicatedCommitter::new(self.session.clone(), paths, window, self.runtime.clone())))
+    }
+
+    fn register<'a>(&'a self, def: &'a TableDef) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let Some(paths) = self.paths(def)? else { return Ok(()) };
+            let addr = self.config.interserver_addr.as_deref().unwrap_or("");
+            let k = self.keeper().await?;
+            register::register_replica(&k, &paths, def, &layout::host_text(addr, &def.name)).await
+        })
+    }
+
+    fn unregister<'a>(&'a self, def: &'a TableDef) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let Some(paths) = self.paths(def)? else { return Ok(()) };
+            let k = self.keeper().await?;
+            register::unregister_replica(&k, &paths).await
+        })
+    }
+}
