@@ -43,9 +43,13 @@ class Process:
         self.log_path = log_dir / f"{name}.log"
         self.proc = None
 
+    # Extra environment of the next start (e.g. MERGESTREAM_FAILPOINTS).
+    env = None
+
     def start(self):
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        env = {**os.environ, **self.env} if self.env else None
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         Process.started.append(self)
         return self
 
@@ -140,11 +144,11 @@ class Tansu(Process):
 
 
 class StorageNode(Process):
-    def __init__(self, workdir: Path, coordinator_hosts, name="storage-node"):
+    def __init__(self, workdir: Path, coordinator_hosts, name="storage-node", extra_args=()):
         self.grpc_port = free_port()
         self.path = workdir / f"{name}-data"
         args = [str(STORAGE_BIN), "serve", "--path", str(self.path), "--grpc-addr", f"127.0.0.1:{self.grpc_port}",
-                "--session-timeout-ms", "4000"]
+                "--session-timeout-ms", "4000", *extra_args]
         if coordinator_hosts:
             args += ["--coordinator", coordinator_hosts]
         super().__init__(name, args, workdir)

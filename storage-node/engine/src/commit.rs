@@ -130,6 +130,18 @@ pub trait PartCommitter: Send + Sync {
 
     /// The reservation will not be committed; its dedup id is free again.
     fn release(&self, reservation: &Reservation);
+
+    /// The name under which this node committed the insert block with `dedup_id`, if it did:
+    /// a prepared insert found after a crash whose commit went through is activated under
+    /// it, not committed a second time. The local committer records ids only on activation,
+    /// so it never has one to give.
+    fn committed_as<'a>(
+        &'a self,
+        _partition_id: &'a str,
+        _dedup_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PartName>>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// What a table's committer starts from: found in the parts on disk at open.

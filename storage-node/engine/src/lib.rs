@@ -9,6 +9,7 @@ pub mod block_on;
 pub mod catalog;
 pub mod commit;
 pub mod error;
+pub mod failpoint;
 pub mod key_expr;
 pub mod merge;
 pub mod names;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use coordinator_client::{KeeperError, NodeKind};
 use mergestream_engine::commit::{BoxFuture, CommitOutcome, ExtraOp, PartCommit, PartCommitter, Reservation, Reserved};
+use mergestream_engine::part::name::PartName;
 use mergestream_engine::{EngineError, Result};
 use tracing::{debug, warn};
 
@@ -210,6 +211,27 @@ impl PartCommitter for ReplicatedCommitter {
 
     fn activated(&self, _parts: &[PartCommit]) -> Result<()> {
         Ok(())
+    }
+
+    fn committed_as<'a>(
+        &'a self,
+        _partition_id: &'a str,
+        dedup_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PartName>>> {
+        Box::pin(async move {
+            let k = self.keeper().await?;
+            let name = match k.get(&self.paths.block(dedup_id)).await {
+                Ok(Some(v)) => String::from_utf8_lossy(&v.data).into_owned(),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(self.lost(e).await),
+            };
+            // The block may be another replica's part: then this node's copy is a duplicate.
+            match k.get(&self.paths.part(&name)).await {
+                Ok(Some(_)) => Ok(PartName::parse(&name)),
+                Ok(None) => Ok(None),
+                Err(e) => Err(self.lost(e).await),
+            }
+        })
     }
 
     fn release(&self, reservation: &Reservation) {

@@ -289,6 +289,7 @@ impl Table {
             }
         };
         let outcome = committed.outcome.clone();
+        crate::failpoint::hit(crate::failpoint::AFTER_COMMIT_BEFORE_ACTIVATION);
         let table = self.clone();
         let activated = blocking(move || {
             let summary = table.activate_committed(committed, record.rows)?;
@@ -304,8 +305,14 @@ impl Table {
     /// async runtime (recovery, after the caller learnt that the external commit happened).
     pub fn commit_prepared(&self, prepared: PreparedInsert) -> Result<InsertSummary> {
         let PreparedInsert { dir, record, parts } = prepared;
+        let (earlier, parts) = block_on(self.committed_earlier(parts))?;
         let committed = block_on(self.reserve_and_commit(parts, &[])).map_err(|(_, e)| e)?;
-        let summary = self.activate_committed(committed, record.rows)?;
+        let mut summary = self.activate_committed(committed, record.rows)?;
+        for (part, name) in earlier {
+            self.activate(part.commit(name.clone())?);
+            summary.parts.push(name.to_string());
+            metrics::counter!("mergestream_engine_parts_inserted_total").increment(1);
+        }
         std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
         crate::part::sync_dir(&self.dir)?;
         Ok(summary)
@@ -494,6 +501,27 @@ impl Table {
         };
         let id = format!("{partition_id}_{hash:032x}");
         Ok(Some(id))
+    }
+
+    /// Splits off the parts whose commit already went through (the committer knows the name
+    /// it gave them), from those still to commit.
+    async fn committed_earlier(
+        &self,
+        parts: Vec<WrittenPart>,
+    ) -> Result<(Vec<(ClosedPart, PartName)>, Vec<WrittenPart>)> {
+        let mut earlier = Vec::new();
+        let mut rest = Vec::with_capacity(parts.len());
+        for (part, dedup_id) in parts {
+            let name = match &dedup_id {
+                Some(id) if part.meta().rows > 0 => self.committer.committed_as(&part.meta().partition.id, id).await?,
+                _ => None,
+            };
+            match name {
+                Some(name) => earlier.push((part, name)),
+                None => rest.push((part, dedup_id)),
+            }
+        }
+        Ok((earlier, rest))
     }
 
     /// Reserves a block for each part and commits them with `extra`. On failure every

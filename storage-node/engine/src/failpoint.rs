@@ -1,0 +1,26 @@
+//! Named points where a test can make the process die, to reach states a SIGKILL from outside
+//! hits only by luck (a commit applied in the coordinator, its parts not yet active).
+//! `MERGESTREAM_FAILPOINTS=name[,name…]` in the environment arms them; unset, each check is
+//! one load of a cached flag.
+
+use std::sync::OnceLock;
+
+/// After the coordinator took an insert's commit, before its parts are renamed into place.
+pub const AFTER_COMMIT_BEFORE_ACTIVATION: &str = "after-commit-before-activation";
+
+fn armed() -> &'static [String] {
+    static ARMED: OnceLock<Vec<String>> = OnceLock::new();
+    ARMED.get_or_init(|| {
+        std::env::var("MERGESTREAM_FAILPOINTS")
+            .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+            .unwrap_or_default()
+    })
+}
+
+/// Aborts the process (no unwinding, no cleanup: as a SIGKILL would) if `name` is armed.
+pub fn hit(name: &str) {
+    if armed().iter().any(|a| a == name) {
+        tracing::error!(failpoint = name, "failpoint hit: aborting");
+        std::process::abort();
+    }
+}

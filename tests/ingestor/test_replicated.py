@@ -1,0 +1,119 @@
+"""The ingestor into a replicated table: each block, its log entry, its part node, its dedup
+node and its offset node commit in one multi on the coordinator, exactly once, also while the
+ingestors and the storage node are SIGKILLed."""
+
+import json
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from ingest_services import Ingestor, StorageNode, kill_and_restart_while_producing, table_state, wait_for_rows
+from test_kafka import PARTITIONS, messages, write_pipeline
+
+ENGINE = "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')"
+
+
+@pytest.fixture
+def replica(tmp_path, keeper):
+    node = StorageNode(tmp_path, keeper.hosts, name="r1", extra_args=["--replica", "r1", "--macro", "shard=07"]).start()
+    yield node
+    node.kill()
+
+
+@pytest.fixture
+def kazoo(keeper):
+    client = KazooClient(hosts=keeper.hosts)
+    client.start(timeout=30)
+    yield client
+    client.stop()
+    client.close()
+
+
+def offsets(kazoo, pipeline, table, topic):
+    base = f"/mergestream/pipelines/{pipeline}/offsets/{table}/{topic}"
+    return {int(p): json.loads(kazoo.get(f"{base}/{p}")[0])["next"] for p in kazoo.get_children(base)}
+
+
+def committed_parts(kazoo, table):
+    root = f"/clickhouse/tables/07/default/{table}"
+    log = kazoo.get_children(f"{root}/log")
+    parts = kazoo.get_children(f"{root}/replicas/r1/parts")
+    blocks = kazoo.get_children(f"{root}/blocks")
+    return len(log), len(parts), len(blocks)
+
+
+def test_blocks_and_offsets_commit_together(tmp_path, broker, keeper, replica, kazoo, topic):
+    broker.create_topic(topic, PARTITIONS)
+    broker.produce(topic, messages(range(2000)))
+    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, "rep", engine=ENGINE)
+    ingestor = Ingestor(tmp_path, pipeline, replica, keeper.hosts).start()
+    wait_for_rows(replica, "rep", 2000)
+    assert table_state(replica, "rep") == (2000, 2000, sum(i * 3 for i in range(2000)))
+    assert ingestor.terminate() == 0, ingestor.output()
+    assert offsets(kazoo, "rep", "rep", topic) == {p: 500 for p in range(PARTITIONS)}
+    log, parts, blocks = committed_parts(kazoo, "rep")
+    # One log entry, one part node and one dedup node per block the ingestor sent.
+    assert log == parts == blocks and log >= PARTITIONS
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_exactly_once_into_a_replicated_table_under_sigkill(tmp_path, broker, keeper, replica, kazoo, topic, seed):
+    n = 10_000
+    broker.create_topic(topic, PARTITIONS)
+    table = f"repeo{seed}"
+    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=ENGINE)
+    a = Ingestor(tmp_path, pipeline, replica, keeper.hosts, name="a").start()
+    b = Ingestor(tmp_path, pipeline, replica, keeper.hosts, name="b").start()
+
+    def produce():
+        for chunk in range(10):
+            broker.produce(topic, messages(range(chunk * 1000, (chunk + 1) * 1000)))
+            time.sleep(0.3)
+
+    kill_and_restart_while_producing(produce, {"a": a, "b": b, "storage": replica}, seed=seed)
+    wait_for_rows(replica, table, n, timeout=180)
+    time.sleep(2)  # late duplicates, if there were any, would land now
+    assert table_state(replica, table) == (n, n, sum(i * 3 for i in range(n)))
+    for ingestor in (a, b):
+        assert ingestor.terminate() == 0, ingestor.output()
+    assert sum(offsets(kazoo, table, table, topic).values()) == n
+    log, parts, blocks = committed_parts(kazoo, table)
+    assert log == parts == blocks, "every committed block has its entry, its part and its dedup node"
+    active = int(replica.query(f"SELECT count() FROM system.parts WHERE table = '{table}' AND active AND level = 0"))
+    assert active <= parts
+
+
+@pytest.mark.parametrize("engine", [ENGINE, "MergeTree"])
+def test_a_block_committed_just_before_a_crash_is_activated_once_at_restart(
+        tmp_path, broker, keeper, replica, kazoo, topic, engine):
+    """The storage node dies right after the coordinator took a block's commit (its offset
+    moved), before the parts are active: the next start finds the prepared insert, sees the
+    commit, and activates the block — under the part name it committed, for a replicated
+    table — without committing it again."""
+    table = "crashrep" if engine == ENGINE else "crashlocal"
+    broker.create_topic(topic, 1)
+    broker.produce(topic, [(0, b"k", json.dumps({"id": i, "payload": {"v": i}}).encode(), None) for i in range(300)])
+    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=engine,
+                              batch="{ max_rows: 300, max_ms: 60000 }")
+    replica.kill()
+    replica.env = {"MERGESTREAM_FAILPOINTS": "after-commit-before-activation"}
+    replica.start()
+    ingestor = Ingestor(tmp_path, pipeline, replica, keeper.hosts).start()
+    deadline = time.monotonic() + 60
+    while replica.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not replica.alive(), "the storage node died at the failpoint"
+    assert offsets(kazoo, table, table, topic) == {0: 300}, "the commit went through before the crash"
+    replica.env = {"MERGESTREAM_LOG": "info"}
+    replica.start()
+    assert "committed=true" in open(replica.log_path).read(), "the start resolved the prepared insert as committed"
+    wait_for_rows(replica, table, 300)
+    time.sleep(2)
+    assert table_state(replica, table) == (300, 300, sum(range(300)))
+    assert ingestor.terminate() == 0, ingestor.output()
+    if engine == ENGINE:
+        assert committed_parts(kazoo, table) == (1, 1, 1), "the block was not committed a second time"
+        root = f"/clickhouse/tables/07/default/{table}"
+        assert replica.query(f"SELECT name FROM system.parts WHERE table = '{table}' AND active") == \
+            kazoo.get_children(f"{root}/replicas/r1/parts")[0] + "\n"
