@@ -2,7 +2,7 @@
 //! Rust, so that building needs cargo and nothing else: no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    const PROTOS: &[&str] = &["ingest.proto"];
+    const PROTOS: &[&str] = &["ingest.proto", "interserver.proto"];
     for proto in PROTOS {
         println!("cargo:rerun-if-changed={proto}");
     }

@@ -6,6 +6,12 @@ pub mod ingest {
     tonic::include_proto!("mergestream.ingest.v1");
 }
 
+/// Part fetches between replicas (`interserver.proto`).
+pub mod interserver {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("mergestream.interserver.v1");
+}
+
 /// Why the insert service refused an insert that commits an offset, beyond its status code:
 /// the reply carries one of these in the `mergestream-refusal` metadata entry, so that a
 /// writer tells a fencing (give the partition up) from a damaged or missing offset node

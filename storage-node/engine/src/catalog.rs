@@ -76,6 +76,7 @@ impl Catalog {
         let merges = MergePool::start(merge_threads, MERGE_ASSIGN_DELAY, tables.clone());
         let catalog = Catalog { root, committers, tables, unopened, merges };
         for table in catalog.tables() {
+            catalog.committers.opened(&table);
             catalog.schedule_merges(&table);
         }
         Ok(catalog)
@@ -119,7 +120,10 @@ impl Catalog {
         let name = def.name.clone();
         let table = Table::create(&dir, def, self.committers.as_ref())?;
         info!(table = %name, "created table");
-        tables.insert(name, Arc::new(table));
+        let table = Arc::new(table);
+        tables.insert(name, table.clone());
+        drop(tables);
+        self.committers.opened(&table);
         Ok(())
     }
 

@@ -165,6 +165,9 @@ pub trait CommitterFactory: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// A table is open and in the catalog: a replicated table's replication starts here.
+    fn opened(&self, _table: &Arc<crate::table::Table>) {}
+
     /// After a table's files are gone (DROP TABLE), or when its creation failed after
     /// [`register`](Self::register).
     fn unregister<'a>(&'a self, _def: &'a TableDef) -> BoxFuture<'a, Result<()>> {

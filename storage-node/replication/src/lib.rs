@@ -4,24 +4,28 @@
 //! factory: non-replicated tables get the engine's local committer, replicated ones a
 //! [`ReplicatedCommitter`] whose block numbers, deduplication and commit live in the
 //! coordinator under the table's path ([`layout`]). Joining and leaving a table is
-//! [`register`]. The replication queue and part fetches come next (issue 16).
+//! [`register`]. Each replicated table's [`ReplicationQueue`] pulls the shared log and fetches
+//! the parts this replica lacks ([`fetch`]) from the others.
 
 pub mod committer;
+pub mod fetch;
 pub mod layout;
 pub mod macros;
+pub mod queue;
 pub mod register;
 pub mod session;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use mergestream_engine::commit::{BoxFuture, CommitterFactory, FoundBlocks, LocalCommitters, PartCommitter};
-use mergestream_engine::{EngineError, Result, TableDef};
+use mergestream_engine::{EngineError, Result, Table, TableDef};
 use tracing::warn;
 
 pub use committer::ReplicatedCommitter;
 pub use layout::ReplicaPaths;
+pub use queue::ReplicationQueue;
 pub use session::CoordinatorSession;
 
 /// This storage node as a replica: `--replica`, `--interserver-addr`, `--macro`.
@@ -50,6 +54,8 @@ pub struct ReplicatedCommitters {
     config: ReplicaConfig,
     runtime: tokio::runtime::Handle,
     local: LocalCommitters,
+    /// The replication queue of each replicated table, by table name.
+    queues: Mutex<BTreeMap<String, Arc<ReplicationQueue>>>,
 }
 
 impl ReplicatedCommitters {
@@ -59,7 +65,7 @@ impl ReplicatedCommitters {
         runtime: tokio::runtime::Handle,
     ) -> ReplicatedCommitters {
         let local = LocalCommitters { coordination: Some(session.clone()) };
-        ReplicatedCommitters { session, config, runtime, local }
+        ReplicatedCommitters { session, config, runtime, local, queues: Mutex::new(BTreeMap::new()) }
     }
 
     /// The table's and this replica's paths, macros expanded.
@@ -75,6 +81,11 @@ impl ReplicatedCommitters {
             });
         }
         Ok(Some(ReplicaPaths { table, replica }))
+    }
+
+    /// The replication queue of a replicated table.
+    pub fn queue(&self, table: &str) -> Option<Arc<ReplicationQueue>> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner()).get(table).cloned()
     }
 
     async fn keeper(&self) -> Result<coordinator_client::Keeper> {
@@ -98,6 +109,19 @@ impl CommitterFactory for ReplicatedCommitters {
         });
         let window = def.deduplication_window();
         Ok(Arc::new(ReplicatedCommitter::new(self.session.clone(), paths, window, self.runtime.clone())))
+    }
+
+    fn opened(&self, table: &Arc<Table>) {
+        let paths = match self.paths(table.def()) {
+            Ok(Some(paths)) => paths,
+            Ok(None) => return,
+            Err(e) => {
+                warn!(table = table.name(), error = %e, "no replication for this table");
+                return;
+            }
+        };
+        let queue = ReplicationQueue::start(table, paths, self.session.clone(), &self.runtime);
+        self.queues.lock().unwrap_or_else(|p| p.into_inner()).insert(table.name().to_string(), queue);
     }
 
     fn register<'a>(&'a self, def: &'a TableDef) -> BoxFuture<'a, Result<()>> {

@@ -3,6 +3,7 @@
 //! `storage-node serve` keeps the data directory open and serves the gRPC insert service.
 
 mod ingest;
+mod interserver;
 mod ipc;
 
 use std::io::{Read, Write};
@@ -211,6 +212,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let coordinator = args.coordinator.map(|hosts| {
         Arc::new(ingest::Coordinator::new(hosts, std::time::Duration::from_millis(args.session_timeout_ms)))
     });
+    let interserver_addr = args.interserver_addr.clone();
     // With a coordinator, replicated tables commit through it, and inserts' extra ops (the
     // ingestor's offset node) go in the same multi; without one, every table is local.
     let committers: Arc<dyn CommitterFactory> = match &coordinator {
@@ -237,6 +239,22 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("cannot start the query runtime")?;
     let query_handle = queries.handle().clone();
     let served = runtime.block_on(async move {
+        if let Some(addr) = interserver_addr {
+            // Other replicas fetch parts here; it lives as long as the process.
+            let listener =
+                tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            tracing::info!(addr, "serving the interserver service");
+            let service = interserver::InterserverService::new(catalog.clone());
+            tokio::spawn(async move {
+                let served = tonic::transport::Server::builder()
+                    .add_service(mergestream_proto::interserver::interserver_server::InterserverServer::new(service))
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                    .await;
+                if let Err(e) = served {
+                    tracing::error!(error = %e, "the interserver service failed");
+                }
+            });
+        }
         let service = ingest::IngestService::new(catalog, coordinator, query_handle);
         service.recover().await.context("cannot resolve the prepared inserts left by the last run")?;
         let listener = tokio::net::TcpListener::bind(args.grpc_addr)

@@ -621,7 +621,7 @@ impl Table {
         }
     }
 
-    fn activate(&self, part: DataPart) {
+    pub(super) fn activate(&self, part: DataPart) {
         let mut state = self.lock_state();
         let at = state.active.partition_point(|p| p.name.insertion_order(&part.name).is_lt());
         state.active.insert(at, Arc::new(part));

@@ -34,7 +34,9 @@ impl Table {
     /// Picks one background merge and marks its parts as merging.
     pub fn select_merge(&self) -> Option<Vec<Arc<DataPart>>> {
         let mut state = self.lock_state();
-        if state.merges_stopped {
+        // A replicated table's parts merge only through its replicated log, on every replica
+        // alike; until MERGE_PARTS entries exist, none merges on its own.
+        if state.merges_stopped || self.def.replication.is_some() {
             return None;
         }
         let active = &state.active;
@@ -156,6 +158,11 @@ impl Table {
     /// given one) merged into one part, a single part rewritten too, as ClickHouse does.
     pub fn optimize(&self, request: &OptimizeRequest) -> Result<()> {
         let bad = |message: &str| EngineError::BadOptimize { table: self.def.name.clone(), message: message.into() };
+        if self.def.replication.is_some() {
+            return Err(bad(
+                "OPTIMIZE of a replicated table is not supported yet: its merges go through the replicated log",
+            ));
+        }
         if request.cleanup {
             if !matches!(self.def.engine, EngineKind::ReplacingMergeTree { .. }) {
                 return Err(bad("Cannot OPTIMIZE with CLEANUP table: only ReplacingMergeTree can be CLEANUP"));

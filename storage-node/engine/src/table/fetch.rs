@@ -1,0 +1,76 @@
+//! Parts that travel between replicas: the files of an active part for a replica that asks,
+//! and a part received from another replica, checked and made active.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::Table;
+use crate::error::{EngineError, Result};
+use crate::part::meta::{FileChecksum, META_FILE};
+use crate::part::{name::PartName, DataPart, TMP_PREFIX};
+
+impl Table {
+    /// The active part of this name, if there is one.
+    pub fn active_part(&self, name: &str) -> Option<Arc<DataPart>> {
+        self.lock_state().active.iter().find(|p| p.name.to_string() == name).cloned()
+    }
+
+    /// Whether this part, or an active part covering it, is here: a log entry bringing it
+    /// has nothing left to do.
+    pub fn has_part_or_covering(&self, name: &PartName) -> bool {
+        self.lock_state().active.iter().any(|p| p.name == *name || p.name.covers(name))
+    }
+
+    /// The files a replica fetching `part` is sent, in order: meta.json, then those it lists.
+    pub fn part_files(part: &DataPart) -> Vec<(String, PathBuf)> {
+        std::iter::once(META_FILE.to_string())
+            .chain(part.meta.files.keys().cloned())
+            .map(|f| (f.clone(), part.dir.join(f)))
+            .collect()
+    }
+
+    /// A new temporary directory for a part being fetched; removed at the next open if the
+    /// fetch never finishes.
+    pub fn fetch_dir(&self, name: &PartName) -> Result<PathBuf> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = self.dir.join(format!("{TMP_PREFIX}fetch_{name}_{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir(&dir).map_err(EngineError::io(&dir))?;
+        Ok(dir)
+    }
+
+    /// Makes a fetched part active, after checking that its files are the ones `expected`
+    /// names (sizes and CRCs, as the part's node in the coordinator records them) and that
+    /// they are whole. A part that fails either is refused and its directory removed.
+    pub fn add_fetched(
+        &self,
+        fetched: &Path,
+        name: &PartName,
+        expected: &BTreeMap<String, FileChecksum>,
+    ) -> Result<()> {
+        let refuse = |message: String| {
+            let _ = std::fs::remove_dir_all(fetched);
+            EngineError::CorruptPart { part: name.to_string(), message }
+        };
+        let (meta, _, _) = match crate::part::verified_files(fetched, &name.to_string()) {
+            Ok(verified) => verified,
+            Err(e) => return Err(refuse(format!("the fetched part is damaged: {e}"))),
+        };
+        if &meta.files != expected {
+            return Err(refuse("the fetched part's files differ from those its replica committed".into()));
+        }
+        crate::part::sync_dir(fetched)?;
+        if self.has_part_or_covering(name) {
+            let _ = std::fs::remove_dir_all(fetched);
+            return Ok(());
+        }
+        let target = self.dir.join(name.to_string());
+        std::fs::rename(fetched, &target).map_err(EngineError::io(&target))?;
+        crate::part::sync_dir(&self.dir)?;
+        let part = DataPart::open(&target)?;
+        self.activate(part);
+        metrics::counter!("mergestream_engine_parts_fetched_total").increment(1);
+        Ok(())
+    }
+}

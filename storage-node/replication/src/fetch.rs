@@ -1,0 +1,143 @@
+//! Fetching a part from another replica over the interserver service.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use mergestream_engine::part::meta::FileChecksum;
+use mergestream_engine::part::name::PartName;
+use mergestream_engine::{EngineError, Result, Table};
+use mergestream_proto::interserver::interserver_client::InterserverClient;
+use mergestream_proto::interserver::FetchPartRequest;
+
+/// Where a replica serves its parts, from its `host` node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaAddress {
+    pub host: String,
+    pub port: String,
+    pub table: String,
+}
+
+impl ReplicaAddress {
+    pub fn parse(text: &str) -> Option<ReplicaAddress> {
+        let field = |name: &str| {
+            text.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(": "))).map(str::to_string)
+        };
+        let address = ReplicaAddress { host: field("host")?, port: field("port")?, table: field("table")? };
+        (!address.host.is_empty() && !address.port.is_empty()).then_some(address)
+    }
+}
+
+/// What a part's node holds: its rows and its files' sizes and CRCs.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct PartHeader {
+    pub rows: u64,
+    pub files: BTreeMap<String, FileChecksum>,
+}
+
+fn fetch_error(message: String) -> EngineError {
+    EngineError::Replication { code: "FETCH_ERROR", message }
+}
+
+/// A file name a replica may send: one plain name, nothing that leaves the part directory.
+fn safe_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
+/// Fetches `name` from the replica at `address` and makes it active in `table`, once its
+/// files match `expected`. A damaged or truncated fetch is refused and leaves nothing behind.
+pub async fn fetch_part(
+    table: &Arc<Table>,
+    address: &ReplicaAddress,
+    name: &PartName,
+    expected: &PartHeader,
+) -> Result<u64> {
+    let url = format!("http://{}:{}", address.host, address.port);
+    let mut client = InterserverClient::connect(url.clone())
+        .await
+        .map_err(|e| fetch_error(format!("cannot connect to the replica at {url}: {e}")))?
+        .max_decoding_message_size(64 << 20);
+    let request = FetchPartRequest { table: address.table.clone(), part_name: name.to_string() };
+    let mut stream = client
+        .fetch_part(request)
+        .await
+        .map_err(|s| fetch_error(format!("the replica at {url} refused the fetch of {name}: {}", s.message())))?
+        .into_inner();
+    let t = table.clone();
+    let part = name.clone();
+    let dir = blocking(move || t.fetch_dir(&part)).await?;
+    let received = async {
+        let mut current: Option<(String, std::fs::File)> = None;
+        let mut bytes = 0u64;
+        while let Some(chunk) = stream
+            .message()
+            .await
+            .map_err(|s| fetch_error(format!("the fetch of {name} broke off: {}", s.message())))?
+        {
+            if current.as_ref().is_none_or(|(file, _)| *file != chunk.file) {
+                if !safe_file_name(&chunk.file) {
+                    return Err(fetch_error(format!("the replica sent a file named {:?}", chunk.file)));
+                }
+                if let Some((_, file)) = current.take() {
+                    file.sync_all().map_err(EngineError::io(&dir))?;
+                }
+                let path = dir.join(&chunk.file);
+                let file = std::fs::File::create(&path).map_err(EngineError::io(&path))?;
+                current = Some((chunk.file.clone(), file));
+            }
+            if let Some((_, file)) = current.as_mut() {
+                file.write_all(&chunk.data).map_err(EngineError::io(&dir))?;
+            }
+            bytes += chunk.data.len() as u64;
+        }
+        if let Some((_, file)) = current.take() {
+            file.sync_all().map_err(EngineError::io(&dir))?;
+        }
+        Ok(bytes)
+    }
+    .await;
+    let bytes = match received {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            remove(&dir);
+            return Err(e);
+        }
+    };
+    let t = table.clone();
+    let part = name.clone();
+    let files = expected.files.clone();
+    let fetched = dir.clone();
+    blocking(move || t.add_fetched(&fetched, &part, &files)).await?;
+    metrics::counter!("mergestream_replication_fetched_bytes_total").increment(bytes);
+    Ok(bytes)
+}
+
+fn remove(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| EngineError::TaskFailed(e.to_string()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_node_reads_back_as_an_address() {
+        let text = crate::layout::host_text("127.0.0.1:9009", "events");
+        let address = ReplicaAddress::parse(&text).expect("address");
+        assert_eq!(address, ReplicaAddress { host: "127.0.0.1".into(), port: "9009".into(), table: "events".into() });
+        assert_eq!(ReplicaAddress::parse("host: \nport: 1\ntable: t\n"), None);
+    }
+
+    #[test]
+    fn file_names_cannot_leave_the_part() {
+        assert!(safe_file_name("data.parquet"));
+        for bad in ["", ".", "..", "../x", "a/b", "a\\b"] {
+            assert!(!safe_file_name(bad), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,111 @@
+"""The replication queue: each replica copies the shared log into its own queue and fetches
+the parts it lacks from a replica that has them, over the interserver service; parts arrive
+byte for byte, a damaged one is refused and fetched again once whole, and a replica that was
+down catches up. Against our coordinator and Apache ZooKeeper 3.8."""
+
+import itertools
+import random
+
+import pytest
+
+from replicas import Replica, wait_until
+
+_tables = itertools.count()
+PATH = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
+
+
+@pytest.fixture
+def table():
+    return f"rq_{next(_tables)}"
+
+
+@pytest.fixture
+def replicas(tmp_path, keeper_hosts):
+    started = [Replica(tmp_path, keeper_hosts, name).start() for name in ("r1", "r2")]
+    yield started
+    for replica in started:
+        replica.stop()
+
+
+def zk_path(table):
+    return f"/clickhouse/tables/01/default/{table}"
+
+
+def active_parts(replica, table):
+    return replica.query(f"SELECT name FROM system.parts WHERE table = '{table}' AND active ORDER BY name").split()
+
+
+def converged(replicas, table, parts):
+    return all(active_parts(r, table) == parts for r in replicas)
+
+
+def part_files(replica, table, part):
+    directory = replica.path / "data" / "default" / table / part
+    return {f.name: f.read_bytes() for f in directory.iterdir() if f.is_file()}
+
+
+def test_a_replicated_replacing_table_converges_and_final_equals_clickhouse(replicas, kazoo, table, oracle):
+    r1, r2 = replicas
+    ddl = (f"CREATE TABLE {table} (k UInt64, v UInt64, s String) "
+           f"ENGINE = ReplicatedReplacingMergeTree({PATH}, v) ORDER BY k")
+    for replica in replicas:
+        replica.query(ddl)
+    rng = random.Random(5)
+    inserts = []
+    for i in range(12):
+        rows = ", ".join(f"({rng.randrange(50)}, {rng.randrange(1000)}, 's{rng.randrange(9)}')" for _ in range(40))
+        inserts.append(f"INSERT INTO {table} VALUES {rows}")
+    for i, insert in enumerate(inserts):
+        (r1 if i % 2 == 0 else r2).query(insert)
+    parts = active_parts(r1, table) + active_parts(r2, table)
+    parts = sorted(set(parts))
+    assert len(parts) == len(inserts)
+    wait_until(lambda: converged(replicas, table, parts), 30, "both replicas hold every part")
+    for part in parts:
+        assert part_files(r1, table, part) == part_files(r2, table, part), f"{part} differs between replicas"
+    root = zk_path(table)
+    for name in ("r1", "r2"):
+        assert sorted(kazoo.get_children(f"{root}/replicas/{name}/parts")) == parts
+        assert kazoo.get_children(f"{root}/replicas/{name}/queue") == []
+        assert kazoo.get(f"{root}/replicas/{name}/log_pointer")[0] == str(len(inserts)).encode()
+    local = (f"CREATE TABLE {table} (k UInt64, v UInt64, s String) ENGINE = ReplacingMergeTree(v) ORDER BY k;\n"
+             + ";\n".join(inserts) + f";\nSELECT k, v, s FROM {table} FINAL ORDER BY k")
+    expected = oracle.run(local)
+    for replica in replicas:
+        assert replica.query(f"SELECT k, v, s FROM {table} FINAL ORDER BY k") == expected
+
+
+def test_a_replica_that_was_down_catches_up_from_the_log(replicas, table):
+    r1, r2 = replicas
+    for replica in replicas:
+        replica.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k")
+    r2.stop()
+    for i in range(5):
+        r1.query(f"INSERT INTO {table} SELECT number + {i * 100} FROM numbers(100)")
+    r2.start()
+    wait_until(lambda: r2.query(f"SELECT count(), sum(k) FROM {table}") == r1.query(
+        f"SELECT count(), sum(k) FROM {table}"), 30, "r2 caught up")
+    assert r2.query(f"SELECT count() FROM {table}") == "500\n"
+
+
+def test_a_damaged_fetch_is_refused_and_retried(replicas, kazoo, table):
+    r1, r2 = replicas
+    for replica in replicas:
+        replica.query(f"CREATE TABLE {table} (k UInt64, s String) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k")
+    r2.stop()
+    r1.query(f"INSERT INTO {table} SELECT number, toString(number) FROM numbers(1000)")
+    [part] = active_parts(r1, table)
+    data = r1.path / "data" / "default" / table / part / "data.parquet"
+    whole = data.read_bytes()
+    damaged = bytearray(whole)
+    damaged[len(damaged) // 2] ^= 0xFF
+    data.write_bytes(bytes(damaged))
+    r2.start()
+    root = zk_path(table)
+    wait_until(lambda: "checksum mismatch" in r2.log_path.read_text(), 30, "r2 refused the damaged part")
+    assert r2.query(f"SELECT count() FROM {table}") == "0\n", "a damaged part never becomes active"
+    assert len(kazoo.get_children(f"{root}/replicas/r2/queue")) == 1, "the entry stays queued"
+    assert not list((r2.path / "data" / "default" / table).glob("tmp_fetch_*")), "nothing of it is left behind"
+    data.write_bytes(whole)
+    wait_until(lambda: r2.query(f"SELECT count() FROM {table}") == "1000\n", 30, "the retry fetched it whole")
+    assert kazoo.get_children(f"{root}/replicas/r2/queue") == []
