@@ -20,6 +20,8 @@ class Replica(Process):
                 "--coordinator", keeper_hosts, "--session-timeout-ms", "4000", "--replica", name,
                 "--interserver-addr", f"127.0.0.1:{self.interserver_port}", "--macro", f"shard={shard}"]
         super().__init__(name, args, workdir)
+        # Info logs: tests read what the replica did (fetched, merged) from them.
+        self.env = {"MERGESTREAM_LOG": "info"}
 
     def start(self):
         super().start()

@@ -57,17 +57,28 @@ def test_a_replicated_replacing_table_converges_and_final_equals_clickhouse(repl
         inserts.append(f"INSERT INTO {table} VALUES {rows}")
     for i, insert in enumerate(inserts):
         (r1 if i % 2 == 0 else r2).query(insert)
-    parts = active_parts(r1, table) + active_parts(r2, table)
-    parts = sorted(set(parts))
-    assert len(parts) == len(inserts)
-    wait_until(lambda: converged(replicas, table, parts), 30, "both replicas hold every part")
-    for part in parts:
-        assert part_files(r1, table, part) == part_files(r2, table, part), f"{part} differs between replicas"
     root = zk_path(table)
+
+    def merged_and_converged():
+        parts = active_parts(r1, table)
+        return (len(parts) < len(inserts) and active_parts(r2, table) == parts
+                and all(kazoo.get_children(f"{root}/replicas/{n}/queue") == [] for n in ("r1", "r2")))
+
+    # The leader assigns merges through the log; both replicas run them and end up alike.
+    wait_until(merged_and_converged, 60, "both replicas merged to the same parts")
+    parts = active_parts(r1, table)
+    assert any(p.split("_")[3] != "0" for p in parts), parts
+    for part in parts:
+        # Data and index files are byte-identical; only meta.json's timestamp may differ.
+        ours, theirs = part_files(r1, table, part), part_files(r2, table, part)
+        for f in ("data.parquet", "primary.idx"):
+            assert ours[f] == theirs[f], f"{part}/{f} differs between replicas"
     for name in ("r1", "r2"):
         assert sorted(kazoo.get_children(f"{root}/replicas/{name}/parts")) == parts
-        assert kazoo.get_children(f"{root}/replicas/{name}/queue") == []
-        assert kazoo.get(f"{root}/replicas/{name}/log_pointer")[0] == str(len(inserts)).encode()
+        log_end = max(int(e.split("-")[1]) for e in kazoo.get_children(f"{root}/log")) + 1
+        assert kazoo.get(f"{root}/replicas/{name}/log_pointer")[0] == str(log_end).encode()
+    merged_here = [r.log_path.read_text().count("merged as the log says") for r in replicas]
+    assert all(n > 0 for n in merged_here), f"each replica ran merges itself: {merged_here}"
     local = (f"CREATE TABLE {table} (k UInt64, v UInt64, s String) ENGINE = ReplacingMergeTree(v) ORDER BY k;\n"
              + ";\n".join(inserts) + f";\nSELECT k, v, s FROM {table} FINAL ORDER BY k")
     expected = oracle.run(local)
@@ -109,3 +120,20 @@ def test_a_damaged_fetch_is_refused_and_retried(replicas, kazoo, table):
     data.write_bytes(whole)
     wait_until(lambda: r2.query(f"SELECT count() FROM {table}") == "1000\n", 30, "the retry fetched it whole")
     assert kazoo.get_children(f"{root}/replicas/r2/queue") == []
+
+
+def test_a_replica_back_from_downtime_fetches_parts_merged_meanwhile(replicas, kazoo, table):
+    """Its GET_PART entries name parts merged away on the other replica: it fetches the
+    merged part that covers them instead."""
+    r1, r2 = replicas
+    for replica in replicas:
+        replica.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k")
+    r2.stop()
+    for i in range(12):
+        r1.query(f"INSERT INTO {table} SELECT number + {i * 10} FROM numbers(10)")
+    wait_until(lambda: len(active_parts(r1, table)) < 12, 60, "r1 merged while r2 was away")
+    r2.start()
+    expected = r1.query(f"SELECT count(), sum(k) FROM {table}")
+    assert expected == "120\t7140\n"
+    wait_until(lambda: r2.query(f"SELECT count(), sum(k) FROM {table}") == expected, 60, "r2 caught up")
+    wait_until(lambda: active_parts(r2, table) == active_parts(r1, table), 60, "the same parts")

@@ -19,21 +19,51 @@ use crate::session::CoordinatorSession;
 /// A log entry as the queue needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogEntry {
+    /// `GET_PART` or `MERGE_PARTS`.
     pub kind: &'static str,
     pub source_replica: String,
     pub new_part_name: String,
+    /// A merge's sources, in order.
+    pub parts_to_merge: Vec<String>,
 }
 
 impl LogEntry {
     /// Reads ClickHouse's text of a log entry; `None` for a kind this node does not run yet.
     pub fn parse(text: &str) -> Option<LogEntry> {
         let source_replica = text.lines().find_map(|l| l.strip_prefix("source replica: "))?.to_string();
-        let mut lines = text.lines().skip_while(|l| *l != "get");
-        lines.next()?;
-        let new_part_name = lines.next()?.to_string();
-        PartName::parse(&new_part_name)?;
-        Some(LogEntry { kind: "GET_PART", source_replica, new_part_name })
+        let mut lines = text.lines().skip_while(|l| *l != "get" && *l != "merge");
+        let entry = match lines.next()? {
+            "get" => LogEntry {
+                kind: "GET_PART",
+                source_replica,
+                new_part_name: lines.next()?.to_string(),
+                parts_to_merge: Vec::new(),
+            },
+            _ => {
+                let parts_to_merge: Vec<String> =
+                    lines.by_ref().take_while(|l| *l != "into").map(str::to_string).collect();
+                let new_part_name = lines.next()?.to_string();
+                if parts_to_merge.is_empty() || parts_to_merge.iter().any(|p| PartName::parse(p).is_none()) {
+                    return None;
+                }
+                LogEntry { kind: "MERGE_PARTS", source_replica, new_part_name, parts_to_merge }
+            }
+        };
+        PartName::parse(&entry.new_part_name)?;
+        Some(entry)
     }
+}
+
+/// A `MERGE_PARTS` entry, in ClickHouse's text format.
+pub fn merge_parts_entry(source_replica: &str, sources: &[PartName], result: &PartName) -> String {
+    let created = chrono::Utc::now().format("%Y-%m-%d %H:%M:%S");
+    let mut text =
+        format!("format version: 4\ncreate_time: {created}\nsource replica: {source_replica}\nblock_id: \nmerge\n");
+    for source in sources {
+        text.push_str(&format!("{source}\n"));
+    }
+    text.push_str(&format!("into\n{result}\ndeduplicate: 0\n"));
+    text
 }
 
 /// One queue entry's state, for `system.replication_queue`.
@@ -131,7 +161,8 @@ impl ReplicationQueue {
         let k = self.keeper().await?;
         let pulled = self.pull_log(&k).await?;
         let executed = self.execute(&k, table).await?;
-        Ok(pulled || executed)
+        let assigned = !pulled && !executed && self.assign_merge(&k, table).await?;
+        Ok(pulled || executed || assigned)
     }
 
     /// Copies the entries after the log pointer into this replica's queue (all but its own
@@ -153,7 +184,8 @@ impl ReplicationQueue {
         let queue_prefix = self.paths.of_replica("queue/queue-");
         for entry in &entries {
             let text = String::from_utf8_lossy(&entry.data);
-            if LogEntry::parse(&text).is_some_and(|e| e.source_replica == self.paths.replica) {
+            // This replica's own inserts are here already; its merges it runs like the others.
+            if LogEntry::parse(&text).is_some_and(|e| e.kind == "GET_PART" && e.source_replica == self.paths.replica) {
                 continue;
             }
             txn = txn.create(&queue_prefix, &entry.data, NodeKind::PersistentSequential);
@@ -203,7 +235,10 @@ impl ReplicationQueue {
                 ..Default::default()
             });
             self.update(&name, |s| s.is_currently_executing = true);
-            let outcome = self.get_part(k, table, &entry, &path).await;
+            let outcome = match entry.kind {
+                "MERGE_PARTS" => self.merge_parts(k, table, &entry, &path).await,
+                _ => self.get_part(k, table, &entry, &path).await,
+            };
             match outcome {
                 Ok(()) => {
                     self.lock().remove(&name);
@@ -229,40 +264,152 @@ impl ReplicationQueue {
         }
     }
 
-    /// A `GET_PART`: the part active here (fetched unless it already is), then listed under
-    /// this replica and the entry removed, in one multi.
+    /// A `GET_PART`: the part active here (fetched, or a covering part fetched, unless one
+    /// of them already is), then listed under this replica and the entry removed, in one multi.
     async fn get_part(&self, k: &Keeper, table: &Arc<Table>, entry: &LogEntry, queue_entry: &str) -> Result<()> {
         let name = PartName::parse(&entry.new_part_name)
             .ok_or_else(|| EngineError::Coordinator(format!("bad part name {}", entry.new_part_name)))?;
-        let header = if table.has_part_or_covering(&name) {
-            // Covered by a part here, or this replica's own: what it has is enough.
-            None
-        } else {
-            Some(self.fetch_from_some_replica(k, table, entry, &name).await?)
+        if !table.has_part_or_covering(&name) {
+            self.fetch_from_some_replica(k, table, entry, &name).await?;
+        }
+        self.list_and_remove(k, table, &name, queue_entry).await
+    }
+
+    /// Lists the active part that is `name` or covers it under this replica's `parts` (if it
+    /// is not yet) and removes the queue entry, in one multi.
+    async fn list_and_remove(&self, k: &Keeper, table: &Arc<Table>, name: &PartName, queue_entry: &str) -> Result<()> {
+        let Some(part) = table.snapshot().into_iter().find(|p| p.name == *name || p.name.covers(name)) else {
+            return Err(EngineError::Replication {
+                code: "NO_REPLICA_HAS_PART",
+                message: format!("part {name} is not active here after its fetch"),
+            });
         };
-        let own = self.paths.part(&entry.new_part_name);
-        let data = match header {
-            Some(data) => data,
-            None => match table.active_part(&entry.new_part_name) {
-                Some(part) => {
-                    serde_json::json!({ "rows": part.rows(), "files": part.meta.files }).to_string().into_bytes()
-                }
-                None => {
-                    // Covered by a merged part: nothing of its own to list.
-                    return match k.delete(queue_entry, None).await {
-                        Ok(()) => Ok(()),
-                        Err(e) if e.is_no_node() => Ok(()),
-                        Err(e) => Err(self.lost(e).await),
-                    };
-                }
-            },
+        let listed = match k.children(&self.paths.of_replica("parts")).await {
+            Ok(listed) => listed,
+            Err(e) => return Err(self.lost(e).await),
         };
-        let done = k.txn().create(&own, &data, NodeKind::Persistent).delete(queue_entry, None).commit().await;
-        match done {
+        let mut txn = k.txn();
+        let part_name = part.name.to_string();
+        if !listed.contains(&part_name) {
+            let data = serde_json::json!({ "rows": part.rows(), "files": part.meta.files }).to_string().into_bytes();
+            txn = txn.create(&self.paths.part(&part_name), &data, NodeKind::Persistent);
+        }
+        // Parts it covers are no longer here: they are not listed either.
+        for covered in listed.iter().filter(|l| PartName::parse(l).is_some_and(|l| part.name.covers(&l))) {
+            txn = txn.delete(&self.paths.part(covered), None);
+        }
+        match txn.delete(queue_entry, None).commit().await {
             Ok(_) => Ok(()),
-            Err(e) if e.is_node_exists() => match k.delete(queue_entry, None).await {
-                Ok(()) => Ok(()),
-                Err(e) if e.is_no_node() => Ok(()),
+            Err(e) if e.is_no_node() || e.is_node_exists() => self.remove_entry(k, queue_entry).await,
+            Err(e) => Err(self.lost(e).await),
+        }
+    }
+
+    /// A `MERGE_PARTS`: merged here when every source is, fetched from a replica that merged
+    /// it otherwise; then the merged part is listed under this replica, its sources no longer
+    /// are, and the entry is removed, in one multi.
+    async fn merge_parts(&self, k: &Keeper, table: &Arc<Table>, entry: &LogEntry, queue_entry: &str) -> Result<()> {
+        let result = PartName::parse(&entry.new_part_name)
+            .ok_or_else(|| EngineError::Coordinator(format!("bad part name {}", entry.new_part_name)))?;
+        let sources: Vec<PartName> = entry.parts_to_merge.iter().filter_map(|p| PartName::parse(p)).collect();
+        if !table.has_part_or_covering(&result) {
+            let all_here = sources.iter().all(|p| table.active_part(&p.to_string()).is_some());
+            if all_here {
+                let t = table.clone();
+                let (merged_sources, merged) = (sources.clone(), result.clone());
+                let started = Instant::now();
+                tokio::task::spawn_blocking(move || t.merge_named(&merged_sources, &merged))
+                    .await
+                    .map_err(|e| EngineError::TaskFailed(e.to_string()))??;
+                info!(part = %result, ms = started.elapsed().as_millis() as u64, "merged as the log says");
+            } else {
+                self.fetch_from_some_replica(k, table, entry, &result).await?;
+            }
+        }
+        let Some(part) = table.active_part(&entry.new_part_name) else {
+            // Covered by a bigger part here: that one is what this replica lists.
+            return self.list_and_remove(k, table, &result, queue_entry).await;
+        };
+        let data = serde_json::json!({ "rows": part.rows(), "files": part.meta.files }).to_string().into_bytes();
+        let listed = match k.children(&self.paths.of_replica("parts")).await {
+            Ok(listed) => listed,
+            Err(e) => return Err(self.lost(e).await),
+        };
+        let mut txn = k.txn();
+        if !listed.contains(&entry.new_part_name) {
+            txn = txn.create(&self.paths.part(&entry.new_part_name), &data, NodeKind::Persistent);
+        }
+        for source in entry.parts_to_merge.iter().filter(|p| listed.contains(*p)) {
+            txn = txn.delete(&self.paths.part(source), None);
+        }
+        match txn.delete(queue_entry, None).commit().await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.lost(e).await),
+        }
+    }
+
+    async fn remove_entry(&self, k: &Keeper, queue_entry: &str) -> Result<()> {
+        match k.delete(queue_entry, None).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_no_node() => Ok(()),
+            Err(e) => Err(self.lost(e).await),
+        }
+    }
+
+    /// The replica holding `leader_election/leader` assigns merges: when its queue is empty
+    /// and it has read the whole log, the parts its selector picks are every committed part
+    /// of their range, unless an insert holds a block number inside it. Whether it wrote one.
+    async fn assign_merge(&self, k: &Keeper, table: &Arc<Table>) -> Result<bool> {
+        if !self.is_leader(k).await? {
+            return Ok(false);
+        }
+        let Some(sources) = table.pick_merge() else { return Ok(false) };
+        let (Some(first), Some(last)) = (sources.first(), sources.last()) else { return Ok(false) };
+        let locks = match k.children(&self.paths.block_numbers(&first.partition_id)).await {
+            Ok(locks) => locks,
+            Err(e) if e.is_no_node() => Vec::new(),
+            Err(e) => return Err(self.lost(e).await),
+        };
+        let inside = locks
+            .iter()
+            .filter_map(|l| l.rsplit_once('-').and_then(|(_, n)| n.parse::<u64>().ok()))
+            .any(|b| b >= first.min_block && b <= last.max_block);
+        if inside {
+            return Ok(false);
+        }
+        // Read after the locks: an insert that committed since is in the log by now.
+        let queued = match k.children(&self.paths.of_replica("queue")).await {
+            Ok(queued) => queued,
+            Err(e) => return Err(self.lost(e).await),
+        };
+        if !queued.is_empty() || self.pull_log(k).await? {
+            return Ok(false);
+        }
+        let result = PartName {
+            partition_id: first.partition_id.clone(),
+            min_block: first.min_block,
+            max_block: last.max_block,
+            level: sources.iter().map(|p| p.level).max().unwrap_or(0) + 1,
+        };
+        let text = merge_parts_entry(&self.paths.replica, &sources, &result);
+        match k.create(&self.paths.log_entry_prefix(), text.as_bytes(), NodeKind::PersistentSequential).await {
+            Ok(_) => {
+                info!(table = self.paths.table, part = %result, sources = sources.len(), "assigned a merge");
+                metrics::counter!("mergestream_replication_merges_assigned_total").increment(1);
+                Ok(true)
+            }
+            Err(e) => Err(self.lost(e).await),
+        }
+    }
+
+    /// Whether this replica holds the leader node (taking it if it is free).
+    async fn is_leader(&self, k: &Keeper) -> Result<bool> {
+        let path = self.paths.of_table("leader_election/leader");
+        match k.create(&path, self.paths.replica.as_bytes(), NodeKind::Ephemeral).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_node_exists() => match k.get(&path).await {
+                Ok(Some(v)) => Ok(v.data == self.paths.replica.as_bytes()),
+                Ok(None) => Ok(false),
                 Err(e) => Err(self.lost(e).await),
             },
             Err(e) => Err(self.lost(e).await),
@@ -285,7 +432,17 @@ impl ReplicationQueue {
         let mut candidates = Vec::new();
         for replica in replicas.into_iter().filter(|r| *r != self.paths.replica) {
             let other = ReplicaPaths { table: self.paths.table.clone(), replica: replica.clone() };
-            let header = match k.get(&other.part(&entry.new_part_name)).await {
+            // The part itself, or else a part covering it (its sources were merged there).
+            let listed = match k.children(&other.of_replica("parts")).await {
+                Ok(listed) => listed,
+                Err(e) if e.is_no_node() => continue,
+                Err(e) => return Err(self.lost(e).await),
+            };
+            let Some(found) = listed.iter().filter_map(|p| PartName::parse(p)).find(|p| p == name || p.covers(name))
+            else {
+                continue;
+            };
+            let header = match k.get(&other.part(&found.to_string())).await {
                 Ok(Some(v)) => v.data,
                 Ok(None) => continue,
                 Err(e) => return Err(self.lost(e).await),
@@ -295,12 +452,12 @@ impl ReplicationQueue {
                 Ok(Some(v)) => String::from_utf8_lossy(&v.data).into_owned(),
                 _ => continue,
             };
-            let rank = (replica != entry.source_replica, !active);
-            candidates.push((rank, replica, header, host));
+            let rank = (found != *name, replica != entry.source_replica, !active);
+            candidates.push((rank, replica, header, host, found));
         }
         candidates.sort_by_key(|c| c.0);
         let mut errors = Vec::new();
-        for (_, replica, header_bytes, host) in candidates {
+        for (_, replica, header_bytes, host, found) in candidates {
             let Some(address) = ReplicaAddress::parse(&host) else {
                 errors.push(format!("{replica}: its host node names no address"));
                 continue;
@@ -313,9 +470,9 @@ impl ReplicationQueue {
                 }
             };
             let started = Instant::now();
-            match fetch_part(table, &address, name, &header).await {
+            match fetch_part(table, &address, &found, &header).await {
                 Ok(bytes) => {
-                    info!(part = %name, from = replica, bytes, ms = started.elapsed().as_millis() as u64, "fetched a part");
+                    info!(part = %found, wanted = %name, from = replica, bytes, ms = started.elapsed().as_millis() as u64, "fetched a part");
                     return Ok(header_bytes);
                 }
                 Err(e) => errors.push(format!("{replica}: {e}")),
@@ -341,9 +498,26 @@ mod tests {
         let entry = LogEntry::parse(text).expect("entry");
         assert_eq!(
             entry,
-            LogEntry { kind: "GET_PART", source_replica: "r1".into(), new_part_name: "all_0_0_0".into() }
+            LogEntry {
+                kind: "GET_PART",
+                source_replica: "r1".into(),
+                new_part_name: "all_0_0_0".into(),
+                parts_to_merge: vec![]
+            }
         );
         assert_eq!(LogEntry::parse("format version: 4\nsource replica: r1\nmerge\nall_0_1_1\n"), None);
+        assert_eq!(LogEntry::parse("format version: 4\nsource replica: r1\nattach\nall_0_1_1\n"), None);
+    }
+
+    #[test]
+    fn a_merge_entry_round_trips() {
+        let sources: Vec<PartName> = ["all_0_0_0", "all_1_1_0"].iter().filter_map(|p| PartName::parse(p)).collect();
+        let result = PartName::parse("all_0_1_1").expect("name");
+        let entry = LogEntry::parse(&merge_parts_entry("r2", &sources, &result)).expect("entry");
+        assert_eq!(entry.kind, "MERGE_PARTS");
+        assert_eq!(entry.source_replica, "r2");
+        assert_eq!(entry.parts_to_merge, ["all_0_0_0", "all_1_1_0"]);
+        assert_eq!(entry.new_part_name, "all_0_1_1");
     }
 
     #[test]

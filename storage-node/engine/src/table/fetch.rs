@@ -69,7 +69,23 @@ impl Table {
         std::fs::rename(fetched, &target).map_err(EngineError::io(&target))?;
         crate::part::sync_dir(&self.dir)?;
         let part = DataPart::open(&target)?;
+        // A merged part fetched instead of merged here replaces the sources it covers.
+        let covered: Vec<Arc<DataPart>> = {
+            let mut state = self.lock_state();
+            let (covered, kept): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut state.active).into_iter().partition(|p| part.name.covers(&p.name));
+            state.active = kept;
+            for old in &covered {
+                old.mark_outdated();
+                state.outdated.push(old.clone());
+            }
+            covered
+        };
         self.activate(part);
+        if !covered.is_empty() {
+            drop(covered);
+            self.remove_unused_outdated();
+        }
         metrics::counter!("mergestream_engine_parts_fetched_total").increment(1);
         Ok(())
     }

@@ -35,10 +35,58 @@ impl Table {
     pub fn select_merge(&self) -> Option<Vec<Arc<DataPart>>> {
         let mut state = self.lock_state();
         // A replicated table's parts merge only through its replicated log, on every replica
-        // alike; until MERGE_PARTS entries exist, none merges on its own.
+        // alike: the replica assigning merges asks `pick_merge` and writes the entry.
         if state.merges_stopped || self.def.replication.is_some() {
             return None;
         }
+        let chosen = self.choose_merge(&state);
+        let parts = chosen?;
+        for part in &parts {
+            state.merging.insert(part.name.clone());
+        }
+        Some(parts)
+    }
+
+    /// The merge the selector would run now, without starting it: for the replica that
+    /// assigns a replicated table's merges.
+    pub fn pick_merge(&self) -> Option<Vec<PartName>> {
+        let state = self.lock_state();
+        if state.merges_stopped {
+            return None;
+        }
+        self.choose_merge(&state).map(|parts| parts.iter().map(|p| p.name.clone()).collect())
+    }
+
+    /// Runs a merge a replicated log entry names: `sources`, active here and merging nowhere,
+    /// into `result`. Every replica runs the same algorithm over the same parts.
+    pub fn merge_named(&self, sources: &[PartName], result: &PartName) -> Result<()> {
+        let parts = {
+            let mut state = self.lock_state();
+            let mut parts = Vec::with_capacity(sources.len());
+            for name in sources {
+                match state.active.iter().find(|p| p.name == *name) {
+                    Some(part) if !state.merging.contains(name) => parts.push(part.clone()),
+                    _ => {
+                        return Err(EngineError::BadOptimize {
+                            table: self.def.name.clone(),
+                            message: format!("part {name} of merge {result} is not active here"),
+                        })
+                    }
+                }
+            }
+            for part in &parts {
+                state.merging.insert(part.name.clone());
+            }
+            parts
+        };
+        let merged = self.run_merge(parts, AlgorithmOptions::default())?;
+        if merged != *result {
+            tracing::error!(table = %self.def.name, %merged, %result, "a replicated merge made another part than its entry names");
+        }
+        Ok(())
+    }
+
+    fn choose_merge(&self, state: &super::TableState) -> Option<Vec<Arc<DataPart>>> {
         let active = &state.active;
         let mut start = 0;
         // Runs of adjacent parts of one partition that no other merge holds.
@@ -72,11 +120,7 @@ impl Table {
             }
             start = end.max(start + 1);
         }
-        let parts = chosen?;
-        for part in &parts {
-            state.merging.insert(part.name.clone());
-        }
-        Some(parts)
+        chosen
     }
 
     /// Runs one background merge if the selector finds one; whether it did.

@@ -32,7 +32,7 @@ use crate::schema::{StoredTableDef, TableDef};
 pub const TABLE_DEF_FILE: &str = "table.json";
 
 #[derive(Default)]
-struct TableState {
+pub(crate) struct TableState {
     /// Active parts, in insertion order (partition id, then block range).
     active: Vec<Arc<DataPart>>,
     /// Parts replaced by a merge, waiting for their readers to finish.
