@@ -91,6 +91,16 @@ impl Catalog {
         self.tables.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
+    /// The replication of a replicated table; `None` for a local one.
+    pub fn replica(&self, table: &str) -> Option<Arc<dyn crate::replica::ReplicaControl>> {
+        self.committers.replica(table)
+    }
+
+    /// The children of a coordinator node (`system.zookeeper`).
+    pub async fn coordinator_children(&self, path: &str) -> Result<Vec<crate::replica::CoordinatorNode>> {
+        self.committers.coordinator_children(path).await
+    }
+
     pub fn table(&self, name: &str) -> Result<Arc<Table>> {
         self.tables
             .read()

@@ -173,6 +173,24 @@ pub trait CommitterFactory: Send + Sync {
     fn unregister<'a>(&'a self, _def: &'a TableDef) -> BoxFuture<'a, Result<()>> {
         Box::pin(async { Ok(()) })
     }
+
+    /// The replication of a replicated table, for SQL to observe and steer.
+    fn replica(&self, _table: &str) -> Option<Arc<dyn crate::replica::ReplicaControl>> {
+        None
+    }
+
+    /// The children of a coordinator node with their data and stats (`system.zookeeper`).
+    fn coordinator_children<'a>(
+        &'a self,
+        _path: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<crate::replica::CoordinatorNode>>> {
+        Box::pin(async {
+            Err(EngineError::Replication {
+                code: "NO_ZOOKEEPER",
+                message: "This storage node has no coordinator (start it with --coordinator)".into(),
+            })
+        })
+    }
 }
 
 /// Every table local, with the extra ops of inserts run on `coordination` when there is one.

@@ -14,6 +14,7 @@ pub mod key_expr;
 pub mod merge;
 pub mod names;
 pub mod part;
+pub mod replica;
 pub mod schema;
 pub mod settings;
 mod sip_hash;

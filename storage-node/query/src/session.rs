@@ -3,14 +3,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::compute::{cast, concat_batches};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema};
 use datafusion::execution::FunctionRegistry;
 use datafusion::prelude::{SessionConfig, SessionContext};
+use mergestream_engine::catalog::DATABASE;
+use mergestream_engine::replica::ReplicaControl;
 use mergestream_engine::table::insert::InsertSummary;
-use mergestream_engine::{Catalog, InsertOptions, OptimizeRequest, Table};
+use mergestream_engine::{Catalog, EngineError, InsertOptions, OptimizeRequest, Table};
 
 use crate::error::{QueryError, Result};
 use crate::exec::catalog::{EngineCatalog, NumbersFunction, PlanSettings};
@@ -20,7 +23,7 @@ use crate::input::{self, build_block, insert_columns};
 use crate::sql::lexer::{line_col, tokenize, Token};
 use crate::sql::limits::QueryLimits;
 use crate::sql::rewrite::rewrite_select;
-use crate::sql::statement::{parse_statement, Insert, InsertSource, PartitionSpec, Statement};
+use crate::sql::statement::{parse_statement, Insert, InsertSource, PartitionSpec, ReplicationSwitch, Statement};
 
 const CATALOG_NAME: &str = "mergestream";
 /// ClickHouse's `max_insert_block_size`: an INSERT … SELECT makes a part per this many rows.
@@ -38,7 +41,11 @@ const KNOWN_SETTINGS: &[&str] = &[
     "wait_for_async_insert",
     "mutations_sync",
     "final",
+    "receive_timeout",
 ];
+
+/// ClickHouse's `receive_timeout` default, in seconds: how long SYSTEM SYNC REPLICA waits.
+const DEFAULT_RECEIVE_TIMEOUT_SECS: f64 = 300.0;
 
 /// A failed statement of a script.
 #[derive(Debug, thiserror::Error)]
@@ -225,6 +232,23 @@ impl Session {
                     }
                 }
             }
+            Statement::SystemReplication { table, switch, stop } => {
+                let replicas = match table {
+                    Some(name) => vec![self.replica_of(&name)?],
+                    None => self.catalog.tables().iter().filter_map(|t| self.catalog.replica(t.name())).collect(),
+                };
+                for replica in replicas {
+                    match switch {
+                        ReplicationSwitch::Fetches => replica.set_fetches(!stop),
+                        ReplicationSwitch::Queues => replica.set_queue_execution(!stop),
+                    }
+                }
+            }
+            Statement::SyncReplica { table, mode } => {
+                let replica = self.replica_of(&table)?;
+                replica.sync(mode, self.receive_timeout()?).await?;
+            }
+            Statement::RestartReplica { table } => self.replica_of(&table)?.restart().await?,
             Statement::Set { settings } => {
                 for (name, value) in settings {
                     check_setting(&name)?;
@@ -238,6 +262,27 @@ impl Session {
     fn column_names(&self, table: &str) -> Option<Vec<String>> {
         let table = self.catalog.table(table).ok()?;
         Some(table.def().columns.iter().map(|c| c.name.clone()).collect())
+    }
+
+    /// The replication of a replicated table; BAD_ARGUMENTS for any other.
+    fn replica_of(&self, table: &str) -> Result<Arc<dyn ReplicaControl>> {
+        self.catalog.table(table)?;
+        self.catalog.replica(table).ok_or_else(|| {
+            QueryError::Engine(EngineError::Replication {
+                code: "BAD_ARGUMENTS",
+                message: format!("Table {DATABASE}.{table} is not replicated"),
+            })
+        })
+    }
+
+    fn receive_timeout(&self) -> Result<Duration> {
+        let Some(text) = self.setting(&[], "receive_timeout") else {
+            return Ok(Duration::from_secs_f64(DEFAULT_RECEIVE_TIMEOUT_SECS));
+        };
+        match text.trim().parse::<f64>() {
+            Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok(Duration::from_secs_f64(secs)),
+            _ => Err(QueryError::Invalid(format!("receive_timeout must be a number of seconds, got '{text}'"))),
+        }
     }
 
     fn setting(&self, overrides: &[(String, String)], name: &str) -> Option<String> {

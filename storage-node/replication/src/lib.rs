@@ -8,6 +8,7 @@
 //! the parts this replica lacks ([`fetch`]) from the others.
 
 pub mod committer;
+pub mod control;
 pub mod fetch;
 pub mod layout;
 pub mod macros;
@@ -20,6 +21,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use mergestream_engine::commit::{BoxFuture, CommitterFactory, FoundBlocks, LocalCommitters, PartCommitter};
+use mergestream_engine::replica::{CoordinatorNode, ReplicaControl};
 use mergestream_engine::{EngineError, Result, Table, TableDef};
 use tracing::warn;
 
@@ -138,6 +140,20 @@ impl CommitterFactory for ReplicatedCommitters {
             let Some(paths) = self.paths(def)? else { return Ok(()) };
             let k = self.keeper().await?;
             register::unregister_replica(&k, &paths).await
+        })
+    }
+
+    fn replica(&self, table: &str) -> Option<Arc<dyn ReplicaControl>> {
+        self.queue(table).map(|q| q as Arc<dyn ReplicaControl>)
+    }
+
+    fn coordinator_children<'a>(&'a self, path: &'a str) -> BoxFuture<'a, Result<Vec<CoordinatorNode>>> {
+        Box::pin(async move {
+            let k = self.session.keeper().await.map_err(|e| EngineError::Replication {
+                code: "KEEPER_EXCEPTION",
+                message: format!("no coordinator session: {e}"),
+            })?;
+            control::children_of(&k, path).await
         })
     }
 }

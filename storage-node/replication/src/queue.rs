@@ -4,12 +4,14 @@
 //! `parts`; a part this replica lacks is fetched from a replica that has it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use coordinator_client::{Keeper, KeeperError, NodeKind, SequentialLog};
 use mergestream_engine::part::name::PartName;
 use mergestream_engine::{EngineError, Result, Table};
+use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::fetch::{fetch_part, PartHeader, ReplicaAddress};
@@ -25,12 +27,19 @@ pub struct LogEntry {
     pub new_part_name: String,
     /// A merge's sources, in order.
     pub parts_to_merge: Vec<String>,
+    /// Seconds since the epoch (the entry's `create_time`, written in UTC); 0 if it has none.
+    pub create_time: i64,
 }
 
 impl LogEntry {
     /// Reads ClickHouse's text of a log entry; `None` for a kind this node does not run yet.
     pub fn parse(text: &str) -> Option<LogEntry> {
         let source_replica = text.lines().find_map(|l| l.strip_prefix("source replica: "))?.to_string();
+        let create_time = text
+            .lines()
+            .find_map(|l| l.strip_prefix("create_time: "))
+            .and_then(|t| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok())
+            .map_or(0, |t| t.and_utc().timestamp());
         let mut lines = text.lines().skip_while(|l| *l != "get" && *l != "merge");
         let entry = match lines.next()? {
             "get" => LogEntry {
@@ -38,6 +47,7 @@ impl LogEntry {
                 source_replica,
                 new_part_name: lines.next()?.to_string(),
                 parts_to_merge: Vec::new(),
+                create_time,
             },
             _ => {
                 let parts_to_merge: Vec<String> =
@@ -46,7 +56,7 @@ impl LogEntry {
                 if parts_to_merge.is_empty() || parts_to_merge.iter().any(|p| PartName::parse(p).is_none()) {
                     return None;
                 }
-                LogEntry { kind: "MERGE_PARTS", source_replica, new_part_name, parts_to_merge }
+                LogEntry { kind: "MERGE_PARTS", source_replica, new_part_name, parts_to_merge, create_time }
             }
         };
         PartName::parse(&entry.new_part_name)?;
@@ -66,23 +76,46 @@ pub fn merge_parts_entry(source_replica: &str, sources: &[PartName], result: &Pa
     text
 }
 
-/// One queue entry's state, for `system.replication_queue`.
+/// This replica's tries of one queue entry (the entry itself is in the coordinator).
 #[derive(Debug, Clone, Default)]
-pub struct EntryStatus {
-    pub node_name: String,
-    pub kind: String,
-    pub new_part_name: String,
-    pub source_replica: String,
+pub(crate) struct Tries {
     pub num_tries: u32,
     pub last_exception: String,
+    pub last_exception_time: i64,
+    pub last_attempt_time: i64,
+    pub num_postponed: u32,
+    pub postpone_reason: String,
+    pub last_postpone_time: i64,
     pub is_currently_executing: bool,
     retry_at: Option<Instant>,
 }
 
+/// What running an entry came to, short of an error.
+enum Ran {
+    Done,
+    /// Not run now, not counted as a try (fetches stopped): the reason.
+    Postponed(String),
+}
+
 pub struct ReplicationQueue {
-    paths: ReplicaPaths,
-    session: Arc<CoordinatorSession>,
-    entries: Mutex<BTreeMap<String, EntryStatus>>,
+    pub(crate) paths: ReplicaPaths,
+    pub(crate) session: Arc<CoordinatorSession>,
+    tries: Mutex<BTreeMap<String, Tries>>,
+    /// `SYSTEM STOP FETCHES`.
+    pub(crate) fetches_stopped: AtomicBool,
+    /// `SYSTEM STOP REPLICATION QUEUES`.
+    pub(crate) execution_stopped: AtomicBool,
+    /// Runs the queue now instead of at the next log change or second.
+    pub(crate) wake: Notify,
+    /// Seconds since the epoch of the last pull of the log that went through.
+    pub(crate) last_queue_update: AtomicI64,
+    pub(crate) last_queue_update_exception: Mutex<String>,
+    /// The coordinator session that holds this replica's `is_active` node (0: none yet).
+    active_session: AtomicI64,
+}
+
+pub(crate) fn now_secs() -> i64 {
+    chrono::Utc::now().timestamp()
 }
 
 /// How long an entry that failed waits before its next try: doubling, at most 10 s.
@@ -98,18 +131,35 @@ impl ReplicationQueue {
         session: Arc<CoordinatorSession>,
         runtime: &tokio::runtime::Handle,
     ) -> Arc<ReplicationQueue> {
-        let queue = Arc::new(ReplicationQueue { paths, session, entries: Mutex::new(BTreeMap::new()) });
+        let queue = Arc::new(ReplicationQueue {
+            paths,
+            session,
+            tries: Mutex::new(BTreeMap::new()),
+            fetches_stopped: AtomicBool::new(false),
+            execution_stopped: AtomicBool::new(false),
+            wake: Notify::new(),
+            last_queue_update: AtomicI64::new(0),
+            last_queue_update_exception: Mutex::new(String::new()),
+            active_session: AtomicI64::new(0),
+        });
         runtime.spawn(queue.clone().run(Arc::downgrade(table)));
         queue
     }
 
-    /// The entries waiting now, oldest first.
-    pub fn entries(&self) -> Vec<EntryStatus> {
-        self.lock().values().cloned().collect()
+    /// This replica's tries of each queue entry it has run, by node name.
+    pub(crate) fn tries(&self) -> BTreeMap<String, Tries> {
+        self.lock().clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, EntryStatus>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    /// Forgets every entry's tries, so that failed entries run again now.
+    pub(crate) fn forget_tries(&self) {
+        self.lock().clear();
+        self.active_session.store(0, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Tries>> {
+        self.tries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn run(self: Arc<Self>, table: Weak<Table>) {
@@ -127,23 +177,34 @@ impl ReplicationQueue {
                 Err(e) => {
                     failures += 1;
                     warn!(table = self.paths.table, replica = self.paths.replica, error = %e, "replication queue");
-                    tokio::time::sleep(backoff(failures)).await;
+                    *self.last_queue_update_exception.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
+                    let _ = tokio::time::timeout(backoff(failures), self.wake.notified()).await;
                 }
             }
         }
     }
 
-    /// Until the log changes, or a second passes (entries waiting for a retry).
+    /// Until the log changes, a SYSTEM statement wakes the queue, or a second passes
+    /// (entries waiting for a retry).
     async fn wait_for_log(&self) {
+        let second = Duration::from_secs(1);
         let Ok(k) = self.session.keeper().await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ = tokio::time::timeout(second, self.wake.notified()).await;
             return;
         };
         match k.raw().list_and_watch_children(&self.paths.of_table("log")).await {
             Ok((_, watcher)) => {
-                let _ = tokio::time::timeout(Duration::from_secs(1), watcher.changed()).await;
+                let _ = tokio::time::timeout(second, async {
+                    tokio::select! {
+                        _ = watcher.changed() => {}
+                        _ = self.wake.notified() => {}
+                    }
+                })
+                .await;
             }
-            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            Err(_) => {
+                let _ = tokio::time::timeout(second, self.wake.notified()).await;
+            }
         }
     }
 
@@ -159,15 +220,53 @@ impl ReplicationQueue {
     /// Pulls new log entries, then runs the queue once; whether anything moved.
     async fn step(&self, table: &Arc<Table>) -> Result<bool> {
         let k = self.keeper().await?;
+        self.ensure_active(&k).await?;
         let pulled = self.pull_log(&k).await?;
-        let executed = self.execute(&k, table).await?;
+        self.last_queue_update.store(now_secs(), Ordering::SeqCst);
+        self.last_queue_update_exception.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let executed = !self.execution_stopped.load(Ordering::SeqCst) && self.execute(&k, table).await?;
         let assigned = !pulled && !executed && self.assign_merge(&k, table).await?;
         Ok(pulled || executed || assigned)
     }
 
+    /// Makes this replica's ephemeral `is_active` node belong to the current session: after a
+    /// session was lost the old node is gone (or soon will be), so a new one is made.
+    async fn ensure_active(&self, k: &Keeper) -> Result<()> {
+        let session = k.session_id();
+        if self.active_session.load(Ordering::SeqCst) == session {
+            return Ok(());
+        }
+        let path = self.paths.of_replica("is_active");
+        let current = match k.get(&path).await {
+            Ok(current) => current,
+            Err(e) => return Err(self.lost(e).await),
+        };
+        match current {
+            Some(node) if node.stat.ephemeral_owner == session => {}
+            other => {
+                // Left by an earlier session of this node that has not expired yet.
+                if let Some(node) = other {
+                    match k.delete(&path, Some(node.version)).await {
+                        Ok(()) => {}
+                        Err(e) if e.is_no_node() => {}
+                        Err(e) => return Err(self.lost(e).await),
+                    }
+                }
+                match k.create(&path, b"", NodeKind::Ephemeral).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_node_exists() => {}
+                    Err(e) => return Err(self.lost(e).await),
+                }
+            }
+        }
+        info!(table = self.paths.table, replica = self.paths.replica, session, "the replica is active");
+        self.active_session.store(session, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Copies the entries after the log pointer into this replica's queue (all but its own
     /// inserts' parts, which it has) and moves the pointer, in one multi.
-    async fn pull_log(&self, k: &Keeper) -> Result<bool> {
+    pub(crate) async fn pull_log(&self, k: &Keeper) -> Result<bool> {
         let pointer_path = self.paths.of_replica("log_pointer");
         let (pointer, version) = match k.get(&pointer_path).await {
             Ok(Some(v)) => (String::from_utf8_lossy(&v.data).trim().parse::<u64>().unwrap_or(0), v.version),
@@ -227,22 +326,28 @@ impl ReplicationQueue {
                 warn!(entry = path, "a queue entry of a kind this node does not run: left in the queue");
                 continue;
             };
-            self.lock().entry(name.clone()).or_insert_with(|| EntryStatus {
-                node_name: name.clone(),
-                kind: entry.kind.to_string(),
-                new_part_name: entry.new_part_name.clone(),
-                source_replica: entry.source_replica.clone(),
-                ..Default::default()
+            self.lock().entry(name.clone()).or_default();
+            self.update(&name, |s| {
+                s.is_currently_executing = true;
+                s.last_attempt_time = now_secs();
             });
-            self.update(&name, |s| s.is_currently_executing = true);
             let outcome = match entry.kind {
                 "MERGE_PARTS" => self.merge_parts(k, table, &entry, &path).await,
                 _ => self.get_part(k, table, &entry, &path).await,
             };
             match outcome {
-                Ok(()) => {
+                Ok(Ran::Done) => {
                     self.lock().remove(&name);
                     finished = true;
+                }
+                Ok(Ran::Postponed(reason)) => {
+                    debug!(replica = self.paths.replica, part = entry.new_part_name, reason, "a queue entry postponed");
+                    self.update(&name, |s| {
+                        s.is_currently_executing = false;
+                        s.num_postponed += 1;
+                        s.postpone_reason = reason;
+                        s.last_postpone_time = now_secs();
+                    });
                 }
                 Err(e) => {
                     warn!(replica = self.paths.replica, part = entry.new_part_name, error = %e, "a queue entry failed");
@@ -250,6 +355,7 @@ impl ReplicationQueue {
                         s.is_currently_executing = false;
                         s.num_tries += 1;
                         s.last_exception = e.to_string();
+                        s.last_exception_time = now_secs();
                         s.retry_at = Some(Instant::now() + backoff(s.num_tries));
                     });
                 }
@@ -258,7 +364,7 @@ impl ReplicationQueue {
         Ok(finished)
     }
 
-    fn update(&self, name: &str, f: impl FnOnce(&mut EntryStatus)) {
+    fn update(&self, name: &str, f: impl FnOnce(&mut Tries)) {
         if let Some(status) = self.lock().get_mut(name) {
             f(status);
         }
@@ -266,13 +372,23 @@ impl ReplicationQueue {
 
     /// A `GET_PART`: the part active here (fetched, or a covering part fetched, unless one
     /// of them already is), then listed under this replica and the entry removed, in one multi.
-    async fn get_part(&self, k: &Keeper, table: &Arc<Table>, entry: &LogEntry, queue_entry: &str) -> Result<()> {
+    async fn get_part(&self, k: &Keeper, table: &Arc<Table>, entry: &LogEntry, queue_entry: &str) -> Result<Ran> {
         let name = PartName::parse(&entry.new_part_name)
             .ok_or_else(|| EngineError::Coordinator(format!("bad part name {}", entry.new_part_name)))?;
         if !table.has_part_or_covering(&name) {
+            if let Some(reason) = self.fetches_postponed(&name) {
+                return Ok(Ran::Postponed(reason));
+            }
             self.fetch_from_some_replica(k, table, entry, &name).await?;
         }
-        self.list_and_remove(k, table, &name, queue_entry).await
+        self.list_and_remove(k, table, &name, queue_entry).await?;
+        Ok(Ran::Done)
+    }
+
+    fn fetches_postponed(&self, part: &PartName) -> Option<String> {
+        self.fetches_stopped
+            .load(Ordering::SeqCst)
+            .then(|| format!("Not executing fetch of part {part} because replicated fetches are cancelled now."))
     }
 
     /// Lists the active part that is `name` or covers it under this replica's `parts` (if it
@@ -308,7 +424,7 @@ impl ReplicationQueue {
     /// A `MERGE_PARTS`: merged here when every source is, fetched from a replica that merged
     /// it otherwise; then the merged part is listed under this replica, its sources no longer
     /// are, and the entry is removed, in one multi.
-    async fn merge_parts(&self, k: &Keeper, table: &Arc<Table>, entry: &LogEntry, queue_entry: &str) -> Result<()> {
+    async fn merge_parts(&self, k: &Keeper, table: &Arc<Table>, entry: &LogEntry, queue_entry: &str) -> Result<Ran> {
         let result = PartName::parse(&entry.new_part_name)
             .ok_or_else(|| EngineError::Coordinator(format!("bad part name {}", entry.new_part_name)))?;
         let sources: Vec<PartName> = entry.parts_to_merge.iter().filter_map(|p| PartName::parse(p)).collect();
@@ -322,13 +438,16 @@ impl ReplicationQueue {
                     .await
                     .map_err(|e| EngineError::TaskFailed(e.to_string()))??;
                 info!(part = %result, ms = started.elapsed().as_millis() as u64, "merged as the log says");
+            } else if let Some(reason) = self.fetches_postponed(&result) {
+                return Ok(Ran::Postponed(reason));
             } else {
                 self.fetch_from_some_replica(k, table, entry, &result).await?;
             }
         }
         let Some(part) = table.active_part(&entry.new_part_name) else {
             // Covered by a bigger part here: that one is what this replica lists.
-            return self.list_and_remove(k, table, &result, queue_entry).await;
+            self.list_and_remove(k, table, &result, queue_entry).await?;
+            return Ok(Ran::Done);
         };
         let data = serde_json::json!({ "rows": part.rows(), "files": part.meta.files }).to_string().into_bytes();
         let listed = match k.children(&self.paths.of_replica("parts")).await {
@@ -343,7 +462,7 @@ impl ReplicationQueue {
             txn = txn.delete(&self.paths.part(source), None);
         }
         match txn.delete(queue_entry, None).commit().await {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(Ran::Done),
             Err(e) => Err(self.lost(e).await),
         }
     }
@@ -502,7 +621,8 @@ mod tests {
                 kind: "GET_PART",
                 source_replica: "r1".into(),
                 new_part_name: "all_0_0_0".into(),
-                parts_to_merge: vec![]
+                parts_to_merge: vec![],
+                create_time: 1_796_529_600,
             }
         );
         assert_eq!(LogEntry::parse("format version: 4\nsource replica: r1\nmerge\nall_0_1_1\n"), None);

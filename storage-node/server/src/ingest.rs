@@ -461,7 +461,8 @@ impl IngestService {
         let mut session = Session::new(self.catalog.clone(), format);
         let run = async move {
             let mut output = String::new();
-            session.run_script(&request.sql, |_, text, _| output = text.to_string()).await.map(|()| output)
+            // Every statement's result, in order, as clickhouse-client prints a multi-statement query.
+            session.run_script(&request.sql, |_, text, _| output.push_str(text)).await.map(|()| output)
         };
         let output = self
             .queries

@@ -1,12 +1,11 @@
 //! The engine's catalog as DataFusion sees it: schema `default` with the tables (and their
-//! FINAL and `_part` variants), schema `system` with `parts`, and the `numbers` table function.
+//! FINAL and `_part` variants), schema `system` ([`super::system`]), and the `numbers` table
+//! function.
 
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{
-    ArrayRef, Int64Array, RecordBatch, StringArray, TimestampSecondArray, UInt32Array, UInt64Array, UInt8Array,
-};
-use arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit};
+use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema};
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableFunctionImpl, TableProvider};
 use datafusion::common::{plan_err, ScalarValue};
@@ -44,7 +43,7 @@ impl CatalogProvider for EngineCatalog {
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         match name {
             DATABASE => Some(Arc::new(TablesSchema { catalog: self.catalog.clone(), settings: self.settings.clone() })),
-            "system" => Some(Arc::new(SystemSchema { catalog: self.catalog.clone() })),
+            "system" => Some(Arc::new(super::system::SystemSchema { catalog: self.catalog.clone() })),
             _ => None,
         }
     }
@@ -87,78 +86,6 @@ impl SchemaProvider for TablesSchema {
     fn table_exist(&self, name: &str) -> bool {
         self.catalog.table(name).is_ok()
     }
-}
-
-struct SystemSchema {
-    catalog: Arc<Catalog>,
-}
-
-impl std::fmt::Debug for SystemSchema {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SystemSchema")
-    }
-}
-
-#[async_trait]
-impl SchemaProvider for SystemSchema {
-    fn table_names(&self) -> Vec<String> {
-        vec!["parts".to_string()]
-    }
-
-    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        match name {
-            "parts" => Ok(Some(Arc::new(system_parts(&self.catalog)?))),
-            _ => Ok(None),
-        }
-    }
-
-    fn table_exist(&self, name: &str) -> bool {
-        name == "parts"
-    }
-}
-
-/// `system.parts`, read when a query names it.
-fn system_parts(catalog: &Catalog) -> DfResult<MemTable> {
-    let string = |name: &str| Field::new(name, ArrowType::Utf8, false);
-    let schema = Arc::new(Schema::new(vec![
-        string("database"),
-        string("table"),
-        string("partition"),
-        string("partition_id"),
-        string("name"),
-        Field::new("active", ArrowType::UInt8, false),
-        Field::new("rows", ArrowType::UInt64, false),
-        Field::new("level", ArrowType::UInt32, false),
-        Field::new("min_block_number", ArrowType::Int64, false),
-        Field::new("max_block_number", ArrowType::Int64, false),
-        Field::new("bytes_on_disk", ArrowType::UInt64, false),
-        Field::new("modification_time", ArrowType::Timestamp(TimeUnit::Second, None), false),
-    ]));
-    let mut rows = Vec::new();
-    for table in catalog.tables() {
-        for part in table.parts_info() {
-            rows.push((table.name().to_string(), part));
-        }
-    }
-    let strings = |f: &dyn Fn(&(String, mergestream_engine::table::PartInfo)) -> String| -> ArrayRef {
-        Arc::new(StringArray::from(rows.iter().map(f).collect::<Vec<_>>()))
-    };
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![DATABASE; rows.len()])),
-        strings(&|r| r.0.clone()),
-        strings(&|r| r.1.partition.clone()),
-        strings(&|r| r.1.partition_id.clone()),
-        strings(&|r| r.1.name.clone()),
-        Arc::new(UInt8Array::from(rows.iter().map(|r| r.1.active as u8).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|r| r.1.rows).collect::<Vec<_>>())),
-        Arc::new(UInt32Array::from(rows.iter().map(|r| r.1.level).collect::<Vec<_>>())),
-        Arc::new(Int64Array::from(rows.iter().map(|r| r.1.min_block as i64).collect::<Vec<_>>())),
-        Arc::new(Int64Array::from(rows.iter().map(|r| r.1.max_block as i64).collect::<Vec<_>>())),
-        Arc::new(UInt64Array::from(rows.iter().map(|r| r.1.bytes_on_disk).collect::<Vec<_>>())),
-        Arc::new(TimestampSecondArray::from(rows.iter().map(|r| r.1.modification_time).collect::<Vec<_>>())),
-    ];
-    let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    MemTable::try_new(schema, vec![vec![batch]])
 }
 
 /// `numbers(N)` and `numbers(offset, N)`: a `number UInt64` column.

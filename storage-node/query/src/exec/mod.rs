@@ -6,3 +6,4 @@ pub mod catalog;
 pub mod empty_aggregates;
 pub mod operators;
 pub mod provider;
+pub mod system;

@@ -1,12 +1,20 @@
 //! The statements of `storage-node local`, parsed from tokens. SELECT text is handed to
 //! DataFusion (after [`super::rewrite`]); everything else is parsed here.
 
+use mergestream_engine::replica::SyncMode;
 use mergestream_engine::TableDef;
 
 use super::cursor::Cursor;
 use super::ddl::parse_create_table;
 use super::lexer::{Token, TokenKind};
 use crate::error::{QueryError, Result};
+
+/// What `SYSTEM STOP/START` turns off and on for replicated tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicationSwitch {
+    Fetches,
+    Queues,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum PartitionSpec {
@@ -44,15 +52,91 @@ pub struct Insert {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Statement {
-    CreateTable { def: Box<TableDef>, if_not_exists: bool },
-    DropTable { name: String, if_exists: bool },
+    CreateTable {
+        def: Box<TableDef>,
+        if_not_exists: bool,
+    },
+    DropTable {
+        name: String,
+        if_exists: bool,
+    },
     ShowTables,
-    Describe { table: String },
+    Describe {
+        table: String,
+    },
     Insert(Insert),
-    Select { start: usize, end: usize },
-    Optimize { table: String, partition: Option<PartitionSpec>, final_merge: bool, cleanup: bool },
-    SystemMerges { table: Option<String>, stop: bool },
-    Set { settings: Vec<(String, String)> },
+    Select {
+        start: usize,
+        end: usize,
+    },
+    Optimize {
+        table: String,
+        partition: Option<PartitionSpec>,
+        final_merge: bool,
+        cleanup: bool,
+    },
+    SystemMerges {
+        table: Option<String>,
+        stop: bool,
+    },
+    /// `SYSTEM STOP/START FETCHES | REPLICATION QUEUES [t]`.
+    SystemReplication {
+        table: Option<String>,
+        switch: ReplicationSwitch,
+        stop: bool,
+    },
+    /// `SYSTEM SYNC REPLICA t [STRICT | LIGHTWEIGHT | PULL]`.
+    SyncReplica {
+        table: String,
+        mode: SyncMode,
+    },
+    /// `SYSTEM RESTART REPLICA t`.
+    RestartReplica {
+        table: String,
+    },
+    Set {
+        settings: Vec<(String, String)>,
+    },
+}
+
+fn parse_system(c: &mut Cursor) -> Result<Statement> {
+    if c.eat_words(&["SYNC", "REPLICA"]) {
+        let table = c.table_name()?;
+        let mode = if c.eat_word("STRICT") {
+            SyncMode::Strict
+        } else if c.eat_word("LIGHTWEIGHT") {
+            SyncMode::Lightweight
+        } else if c.eat_word("PULL") {
+            SyncMode::Pull
+        } else {
+            SyncMode::Default
+        };
+        return Ok(Statement::SyncReplica { table, mode });
+    }
+    if c.eat_words(&["RESTART", "REPLICA"]) {
+        return Ok(Statement::RestartReplica { table: c.table_name()? });
+    }
+    let stop = if c.eat_word("STOP") {
+        true
+    } else if c.eat_word("START") {
+        false
+    } else {
+        return Err(c.error("expected STOP, START, SYNC REPLICA or RESTART REPLICA"));
+    };
+    let switch = if c.eat_word("MERGES") {
+        None
+    } else if c.eat_word("FETCHES") {
+        Some(ReplicationSwitch::Fetches)
+    } else if c.eat_words(&["REPLICATION", "QUEUES"]) {
+        Some(ReplicationSwitch::Queues)
+    } else {
+        return Err(c.error("expected MERGES, FETCHES or REPLICATION QUEUES"));
+    };
+    let table = if c.is_done() { None } else { Some(c.table_name()?) };
+    Ok(match switch {
+        None => Statement::SystemMerges { table, stop },
+        Some(switch) => Statement::SystemReplication { table, switch, stop },
+    })
 }
 
 pub fn parse_statement(source: &str, tokens: &[Token], end: usize) -> Result<Statement> {
@@ -81,16 +165,7 @@ pub fn parse_statement(source: &str, tokens: &[Token], end: usize) -> Result<Sta
     } else if c.eat_word("OPTIMIZE") {
         parse_optimize(&mut c)?
     } else if c.eat_word("SYSTEM") {
-        let stop = if c.eat_word("STOP") {
-            true
-        } else if c.eat_word("START") {
-            false
-        } else {
-            return Err(c.error("expected STOP or START"));
-        };
-        c.expect_word("MERGES")?;
-        let table = if c.is_done() { None } else { Some(c.table_name()?) };
-        Statement::SystemMerges { table, stop }
+        parse_system(&mut c)?
     } else if c.eat_word("SET") {
         Statement::Set { settings: parse_settings_list(&mut c)? }
     } else {
