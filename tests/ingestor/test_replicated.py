@@ -14,6 +14,8 @@ from ingest_services import (
 from test_kafka import PARTITIONS, messages, write_pipeline
 
 ENGINE = "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')"
+# The tests count every block's log entry: the leader's cleanup of old entries waits an hour.
+KEEP_LOG = "SETTINGS cleanup_delay_period = 3600"
 
 
 @pytest.fixture
@@ -54,7 +56,7 @@ def active(replica, table):
 def test_blocks_and_offsets_commit_together(tmp_path, broker, keeper, replica, kazoo, topic):
     broker.create_topic(topic, PARTITIONS)
     broker.produce(topic, messages(range(2000)))
-    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, "rep", engine=ENGINE)
+    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, "rep", engine=ENGINE, settings=KEEP_LOG)
     ingestor = Ingestor(tmp_path, pipeline, replica, keeper.hosts).start()
     wait_for_rows(replica, "rep", 2000)
     assert table_state(replica, "rep") == (2000, 2000, sum(i * 3 for i in range(2000)))
@@ -72,7 +74,7 @@ def test_exactly_once_into_a_replicated_table_under_sigkill(tmp_path, broker, ke
     n = 10_000
     broker.create_topic(topic, PARTITIONS)
     table = f"repeo{seed}"
-    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=ENGINE)
+    pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=ENGINE, settings=KEEP_LOG)
     a = Ingestor(tmp_path, pipeline, replica, keeper.hosts, name="a").start()
     b = Ingestor(tmp_path, pipeline, replica, keeper.hosts, name="b").start()
 

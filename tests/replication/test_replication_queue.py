@@ -137,3 +137,49 @@ def test_a_replica_back_from_downtime_fetches_parts_merged_meanwhile(replicas, k
     assert expected == "120\t7140\n"
     wait_until(lambda: r2.query(f"SELECT count(), sum(k) FROM {table}") == expected, 60, "r2 caught up")
     wait_until(lambda: active_parts(r2, table) == active_parts(r1, table), 60, "the same parts")
+
+
+CLEAN_FAST = ("SETTINGS cleanup_delay_period = 1, cleanup_delay_period_random_add = 0, "
+              "min_replicated_logs_to_keep = 3, replicated_deduplication_window = 4")
+
+
+def test_the_leader_cleans_old_log_entries_and_blocks(replicas, kazoo, table):
+    r1, r2 = replicas
+    for replica in replicas:
+        replica.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k {CLEAN_FAST}")
+    for i in range(10):
+        r1.query(f"INSERT INTO {table} VALUES ({i})")
+    root = zk_path(table)
+    # Both replicas are past every entry, so all but the newest three go; four blocks stay.
+    wait_until(lambda: len(kazoo.get_children(f"{root}/log")) == 3 and len(kazoo.get_children(f"{root}/blocks")) == 4,
+               30, "the log and blocks cleaned")
+    r2.query(f"SYSTEM SYNC REPLICA {table}")
+    assert sorted(r2.query(f"SELECT k FROM {table}").split(), key=int) == [str(i) for i in range(10)]
+    # The newest blocks still deduplicate; the oldest left the window and insert again.
+    r1.query(f"INSERT INTO {table} VALUES (9)")
+    r1.query(f"INSERT INTO {table} VALUES (0)")
+    assert r1.query(f"SELECT count() FROM {table}").strip() == "11"
+    assert r1.query(f"SELECT count() FROM {table} WHERE k = 0").strip() == "2"
+
+
+def test_a_new_replica_clones_a_table_whose_log_was_cleaned(tmp_path, keeper_hosts, kazoo, table):
+    r1 = Replica(tmp_path, keeper_hosts, "r1").start()
+    r2 = Replica(tmp_path, keeper_hosts, "r2")
+    try:
+        r1.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k {CLEAN_FAST}")
+        for i in range(12):
+            r1.query(f"INSERT INTO {table} VALUES ({i})")
+        root = zk_path(table)
+        wait_until(lambda: len(kazoo.get_children(f"{root}/log")) <= 3, 30, "the log cleaned")
+        assert int(kazoo.get(f"{root}/replicas/r1/log_pointer")[0]) >= 12
+        r2.start()
+        r2.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k {CLEAN_FAST}")
+        r2.query(f"SYSTEM SYNC REPLICA {table}")
+        assert sorted(r2.query(f"SELECT k FROM {table}").split(), key=int) == [str(i) for i in range(12)]
+        assert "cloned a replica" in r2.log_path.read_text()
+        wait_until(lambda: active_parts(r2, table) == active_parts(r1, table), 30, "the same parts on both")
+        # Its pointer starts where r1's was, not at the cleaned-away beginning.
+        assert int(kazoo.get(f"{root}/replicas/r2/log_pointer")[0]) >= 12
+    finally:
+        r2.stop()
+        r1.stop()

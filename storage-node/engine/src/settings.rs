@@ -30,6 +30,10 @@ pub struct TableSettings {
     /// Log entries kept for replicas that fell behind; one further behind is marked lost.
     pub max_replicated_logs_to_keep: u64,
     pub min_replicated_logs_to_keep: u64,
+    /// Seconds between two cleanups of a replicated table's old log entries and blocks.
+    pub cleanup_delay_period: u64,
+    /// Up to this many seconds more, at random, so replicas do not clean in step.
+    pub cleanup_delay_period_random_add: u64,
 }
 
 impl Default for TableSettings {
@@ -49,6 +53,8 @@ impl Default for TableSettings {
             replicated_deduplication_window_seconds: 3600,
             max_replicated_logs_to_keep: 1000,
             min_replicated_logs_to_keep: 10,
+            cleanup_delay_period: 30,
+            cleanup_delay_period_random_add: 10,
         }
     }
 }
@@ -98,6 +104,8 @@ impl TableSettings {
             "replicated_deduplication_window_seconds" => self.replicated_deduplication_window_seconds = uint(value)?,
             "max_replicated_logs_to_keep" => self.max_replicated_logs_to_keep = uint(value)?,
             "min_replicated_logs_to_keep" => self.min_replicated_logs_to_keep = uint(value)?,
+            "cleanup_delay_period" => self.cleanup_delay_period = uint(value)?,
+            "cleanup_delay_period_random_add" => self.cleanup_delay_period_random_add = uint(value)?,
             other => return Err(EngineError::UnknownSetting(other.to_string())),
         }
         Ok(())

@@ -204,12 +204,15 @@ pub fn host_text(interserver_addr: &str, table: &str) -> String {
 
 /// A `GET_PART` log entry, in ClickHouse's text format.
 pub fn get_part_entry(source_replica: &str, part: &PartCommit) -> String {
+    get_part_entry_named(source_replica, &part.name.to_string(), part.reservation.dedup_id.as_deref().unwrap_or(""))
+}
+
+/// A `GET_PART` entry of a part known by name (a clone's queue: the source's parts).
+pub fn get_part_entry_named(source_replica: &str, part: &str, block_id: &str) -> String {
     let created = chrono::Utc::now().format("%Y-%m-%d %H:%M:%S");
-    let block_id = part.reservation.dedup_id.as_deref().unwrap_or("");
     format!(
-        "format version: 4\ncreate_time: {created}\nsource replica: {source_replica}\nblock_id: {}\nget\n{}\n",
-        escape(block_id),
-        part.name
+        "format version: 4\ncreate_time: {created}\nsource replica: {source_replica}\nblock_id: {}\nget\n{part}\n",
+        escape(block_id)
     )
 }
 

@@ -7,6 +7,8 @@
 //! [`register`]. Each replicated table's [`ReplicationQueue`] pulls the shared log and fetches
 //! the parts this replica lacks ([`fetch`]) from the others.
 
+pub mod cleanup;
+pub mod clone;
 pub mod committer;
 pub mod control;
 pub mod fetch;

@@ -14,6 +14,8 @@ use mergestream_engine::{EngineError, Result, Table};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
+use crate::cleanup::{self, BlockTimes, Cleaned};
+use crate::clone;
 use crate::fetch::{fetch_part, PartHeader, ReplicaAddress};
 use crate::layout::ReplicaPaths;
 use crate::session::CoordinatorSession;
@@ -112,6 +114,9 @@ pub struct ReplicationQueue {
     pub(crate) last_queue_update_exception: Mutex<String>,
     /// The coordinator session that holds this replica's `is_active` node (0: none yet).
     active_session: AtomicI64,
+    /// When the leader cleans the log and blocks next (`None`: not scheduled yet).
+    next_cleanup: Mutex<Option<Instant>>,
+    block_times: tokio::sync::Mutex<BlockTimes>,
 }
 
 pub(crate) fn now_secs() -> i64 {
@@ -141,6 +146,8 @@ impl ReplicationQueue {
             last_queue_update: AtomicI64::new(0),
             last_queue_update_exception: Mutex::new(String::new()),
             active_session: AtomicI64::new(0),
+            next_cleanup: Mutex::new(None),
+            block_times: tokio::sync::Mutex::new(BlockTimes::default()),
         });
         runtime.spawn(queue.clone().run(Arc::downgrade(table)));
         queue
@@ -226,7 +233,43 @@ impl ReplicationQueue {
         self.last_queue_update_exception.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let executed = !self.execution_stopped.load(Ordering::SeqCst) && self.execute(&k, table).await?;
         let assigned = !pulled && !executed && self.assign_merge(&k, table).await?;
+        if self.cleanup_due(table) && self.is_leader(&k).await? {
+            let mut times = self.block_times.lock().await;
+            match cleanup::clean(&k, &self.paths, &table.def().settings, &mut times).await {
+                Ok(cleaned) if cleaned != Cleaned::default() => {
+                    debug!(table = self.paths.table, ?cleaned, "cleaned old log entries and blocks");
+                    metrics::counter!("mergestream_replication_log_entries_cleaned_total")
+                        .increment(cleaned.log_entries as u64);
+                    metrics::counter!("mergestream_replication_blocks_cleaned_total").increment(cleaned.blocks as u64);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(table = self.paths.table, error = %e, "cleanup of old log entries and blocks");
+                    self.session.forget_if_lost(&e).await;
+                }
+            }
+        }
         Ok(pulled || executed || assigned)
+    }
+
+    /// Whether the cleanup period has passed since the last cleanup (then the next is
+    /// scheduled, with its random part).
+    fn cleanup_due(&self, table: &Table) -> bool {
+        let settings = &table.def().settings;
+        let mut next = self.next_cleanup.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        // The first cleanup comes one period after the queue starts, the next a period later.
+        let due = next.is_some_and(|at| at <= now);
+        if next.is_some() && !due {
+            return false;
+        }
+        // No random crate for this: the clock's nanoseconds spread the replicas well enough.
+        let jitter = match settings.cleanup_delay_period_random_add {
+            0 => 0,
+            add => u64::from(chrono::Utc::now().timestamp_subsec_nanos()) % (add * 1000),
+        };
+        *next = Some(now + Duration::from_secs(settings.cleanup_delay_period) + Duration::from_millis(jitter));
+        due
     }
 
     /// Makes this replica's ephemeral `is_active` node belong to the current session: after a
@@ -268,11 +311,20 @@ impl ReplicationQueue {
     /// inserts' parts, which it has) and moves the pointer, in one multi.
     pub(crate) async fn pull_log(&self, k: &Keeper) -> Result<bool> {
         let pointer_path = self.paths.of_replica("log_pointer");
-        let (pointer, version) = match k.get(&pointer_path).await {
-            Ok(Some(v)) => (String::from_utf8_lossy(&v.data).trim().parse::<u64>().unwrap_or(0), v.version),
+        let (text, version) = match k.get(&pointer_path).await {
+            Ok(Some(v)) => (String::from_utf8_lossy(&v.data).trim().to_string(), v.version),
             Ok(None) => return Err(EngineError::Coordinator(format!("{pointer_path} is missing"))),
             Err(e) => return Err(self.lost(e).await),
         };
+        // Never pulled: a copy of a replica that has, when there is one.
+        if text.is_empty() {
+            match clone::clone_if_new(k, &self.paths, version).await {
+                Ok(true) => return Ok(true),
+                Ok(false) => {}
+                Err(e) => return Err(self.lost(e).await),
+            }
+        }
+        let pointer = text.parse::<u64>().unwrap_or(0);
         let log = SequentialLog::new(&self.paths.of_table("log"), "log-");
         let entries = match log.read_from(k, pointer).await {
             Ok(entries) => entries,
