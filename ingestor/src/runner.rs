@@ -188,7 +188,9 @@ impl<S: Source> Runner<S> {
         // synced, a coordinator session, the broker's metadata through librdkafka's first
         // connections), made at once: they were half of a start.
         let tables_created = async {
-            let storage = StorageNode::connect(&options.storage_node, Duration::from_secs(60)).await?;
+            let storage = StorageNode::connect(&options.storage_node, Duration::from_secs(60))
+                .await?
+                .with_policy(&pipeline.insert);
             let mut tables = Vec::new();
             for target in &pipeline.tables {
                 let schema = storage.create_table(&target.ddl).await?;

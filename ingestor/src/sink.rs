@@ -7,18 +7,23 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use mergestream_proto::ingest::ingest_client::IngestClient;
-use mergestream_proto::ingest::{CreateTableRequest, InsertReply, InsertRequest, OffsetCommit};
+use mergestream_proto::ingest::{
+    AwaitQuorumRequest, CreateTableRequest, InsertQuorum, InsertReply, InsertRequest, OffsetCommit,
+};
 use mergestream_proto::refusal::Reason;
 use tonic::transport::Channel;
 use tonic::Code;
 use tracing::warn;
 
 use crate::error::IngestError;
+use crate::pipeline::{InsertPolicy, QuorumSetting};
 
 #[derive(Clone)]
 pub struct StorageNode {
     addr: String,
     client: IngestClient<Channel>,
+    /// The pipeline's insert quorum, sent with every block.
+    quorum: Option<InsertQuorum>,
 }
 
 /// How an insert with an offset commit ended.
@@ -41,7 +46,7 @@ impl StorageNode {
             match IngestClient::connect(url.clone()).await {
                 Ok(client) => {
                     let client = client.max_decoding_message_size(64 << 20).max_encoding_message_size(256 << 20);
-                    return Ok(StorageNode { addr: addr.to_string(), client });
+                    return Ok(StorageNode { addr: addr.to_string(), client, quorum: None });
                 }
                 Err(e) if tokio::time::Instant::now() < deadline => {
                     warn!(addr, error = %e, "the storage node is not reachable yet");
@@ -50,6 +55,18 @@ impl StorageNode {
                 Err(e) => return Err(IngestError::Storage { addr: addr.to_string(), message: e.to_string() }),
             }
         }
+    }
+
+    /// Inserts with the pipeline's quorum from now on.
+    pub fn with_policy(mut self, policy: &InsertPolicy) -> StorageNode {
+        self.quorum = policy.quorum.map(|q| InsertQuorum {
+            replicas: match q {
+                QuorumSetting::Replicas(n) => n,
+                QuorumSetting::Majority => 0,
+            },
+            timeout_ms: policy.quorum_timeout_ms,
+        });
+        self
     }
 
     fn error(&self, status: tonic::Status) -> IngestError {
@@ -92,12 +109,16 @@ impl StorageNode {
             arrow_ipc: bytes,
             deduplication_token: token.to_string(),
             offset: Some(offset),
+            quorum: self.quorum,
         };
         let mut backoff = Duration::from_millis(100);
         loop {
             match self.client.clone().insert(request.clone()).await {
                 Ok(reply) => {
-                    let InsertReply { offset_version, .. } = reply.into_inner();
+                    let InsertReply { offset_version, quorum_pending, parts, .. } = reply.into_inner();
+                    if quorum_pending {
+                        self.await_quorum(table, parts).await?;
+                    }
                     return Ok(Committed::Done { version: offset_version });
                 }
                 Err(s) if Reason::of(&s).is_some() => {
@@ -118,6 +139,27 @@ impl StorageNode {
                 {
                     metrics::counter!("mergestream_ingestor_insert_retries_total").increment(1);
                     warn!(table, token, code = ?s.code(), message = s.message(), "insert delayed; retrying the same block");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(s) => return Err(self.error(s)),
+            }
+        }
+    }
+
+    /// A committed block whose quorum was not reached in time: the block must not be sent
+    /// again (its offset is committed), so the partition waits here until the replicas have
+    /// it. A storage node that cannot be reached is asked again.
+    async fn await_quorum(&self, table: &str, parts: Vec<String>) -> Result<(), IngestError> {
+        let request = AwaitQuorumRequest { table: table.to_string(), parts, quorum: self.quorum };
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            metrics::counter!("mergestream_ingestor_quorum_waits_total").increment(1);
+            warn!(table, parts = ?request.parts, "the block is committed, its insert quorum not yet reached: waiting");
+            match self.client.clone().await_quorum(request.clone()).await {
+                Ok(reply) if reply.get_ref().reached => return Ok(()),
+                Ok(_) => {}
+                Err(s) if matches!(s.code(), Code::Unavailable | Code::Unknown | Code::Cancelled) => {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }

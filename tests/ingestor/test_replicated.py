@@ -9,7 +9,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from ingest_services import (
-    Ingestor, StorageNode, kill_and_restart_while_producing, table_state, wait_for_rows, wait_until,
+    Ingestor, StorageNode, free_port, kill_and_restart_while_producing, table_state, wait_for_rows, wait_until,
 )
 from test_kafka import PARTITIONS, messages, write_pipeline
 
@@ -127,3 +127,54 @@ def test_a_block_committed_just_before_a_crash_is_activated_once_at_restart(
         inserts, blocks, parts = committed_parts(kazoo, table)
         assert (inserts, blocks) == (1, 1), "the block was not committed a second time"
         assert parts == active(replica, table) and len(parts) == 1
+
+
+def quorum_replica(tmp_path, keeper, name, port=None):
+    args = ["--replica", name, "--macro", "shard=07", "--interserver-addr", f"127.0.0.1:{port or free_port()}"]
+    return StorageNode(tmp_path, keeper.hosts, name=name, extra_args=args)
+
+
+def test_a_quorum_pipeline_waits_for_its_replicas_and_loses_nothing(tmp_path, broker, keeper, kazoo, topic):
+    """`insert: { quorum: 2 }`: while the second replica fetches nothing, blocks commit on the
+    first and the partition waits for the quorum; while it is down, blocks are refused before
+    they are written (TOO_FEW_LIVE_REPLICAS) and retried. Every message ends up once on both."""
+    r1 = quorum_replica(tmp_path, keeper, "r1").start()
+    r2_port = free_port()
+    r2 = quorum_replica(tmp_path, keeper, "r2", r2_port).start()
+    table = "repq"
+    root = f"/clickhouse/tables/07/default/{table}"
+    try:
+        r2.query(f"CREATE TABLE {table} (id UInt64, v UInt64, who String, p UInt32, o UInt64) "
+                 f"ENGINE = {ENGINE} ORDER BY id {KEEP_LOG}")
+        r2.query(f"SYSTEM STOP FETCHES {table}")
+        broker.create_topic(topic, PARTITIONS)
+        broker.produce(topic, messages(range(1000)))
+        pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=ENGINE, settings=KEEP_LOG,
+                                  extra="insert: { quorum: 2, quorum_timeout_ms: 300 }")
+        ingestor = Ingestor(tmp_path, pipeline, r1, keeper.hosts).start()
+        wait_for_rows(r1, table, 1000)
+        # Committed with their offsets on r1, the quorum waited for, nothing on r2 yet.
+        wait_until(lambda: "insert quorum not yet reached" in ingestor.output(), 60, "a quorum wait")
+        assert table_state(r2, table)[0] == 0
+        assert kazoo.get_children(f"{root}/quorum/parallel")
+        r2.query(f"SYSTEM START FETCHES {table}")
+        wait_for_rows(r2, table, 1000)
+        wait_until(lambda: kazoo.get_children(f"{root}/quorum/parallel") == [], 60, "every quorum reached")
+
+        r2.kill()
+        wait_until(lambda: not kazoo.exists(f"{root}/replicas/r2/is_active"), 30, "r2 inactive")
+        broker.produce(topic, messages(range(1000, 2000)))
+        wait_until(lambda: "TOO_FEW_LIVE_REPLICAS" in ingestor.output(), 60, "a refused block")
+        # Refused before anything was written: r1 holds none of the new messages.
+        assert table_state(r1, table)[0] == 1000
+        r2 = quorum_replica(tmp_path, keeper, "r2", r2_port)
+        r2.start()
+        for replica in (r1, r2):
+            wait_for_rows(replica, table, 2000)
+        assert ingestor.terminate() == 0, ingestor.output()
+        for replica in (r1, r2):
+            assert table_state(replica, table) == (2000, 2000, sum(i * 3 for i in range(2000)))
+        assert offsets(kazoo, table, table, topic) == {p: 500 for p in range(PARTITIONS)}
+    finally:
+        r1.kill()
+        r2.kill()

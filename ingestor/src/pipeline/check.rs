@@ -135,7 +135,7 @@ impl<'a> Checker<'a> {
         let f = self.fields(
             root,
             "pipeline",
-            &["name", "source", "format", "tables", "batch", "errors", "max_in_flight_bytes"],
+            &["name", "source", "format", "tables", "batch", "errors", "max_in_flight_bytes", "insert"],
             &["name", "source", "format", "tables"],
         )?;
         let name = f.get("name").and_then(|n| {
@@ -168,7 +168,12 @@ impl<'a> Checker<'a> {
             Some(n) => self.positive(n, "max_in_flight_bytes"),
             None => Some(256 << 20),
         };
+        let insert = match f.get("insert") {
+            Some(n) => self.insert(n),
+            None => Some(InsertPolicy::default()),
+        };
         Some(Pipeline {
+            insert: insert?,
             name: name?,
             source: source?,
             format: format?,
@@ -603,6 +608,40 @@ impl<'a> Checker<'a> {
         })
     }
 
+    fn insert(&mut self, node: &Node) -> Option<InsertPolicy> {
+        let f = self.fields(node, "insert", &["quorum", "quorum_timeout_ms"], &[])?;
+        let quorum = match f.get("quorum") {
+            None => Some(None),
+            Some(n) => match n.as_scalar() {
+                Some("auto") => Some(Some(QuorumSetting::Majority)),
+                Some(text) => match text.parse::<u64>() {
+                    // As in ClickHouse, a quorum of 0 or 1 is no quorum.
+                    Ok(0 | 1) => Some(None),
+                    Ok(replicas) => Some(Some(QuorumSetting::Replicas(replicas))),
+                    Err(_) => {
+                        self.problem(
+                            n.at,
+                            format!("insert.quorum: expected a number of replicas or `auto`, found `{text}`"),
+                        );
+                        None
+                    }
+                },
+                None => {
+                    self.problem(
+                        n.at,
+                        format!("insert.quorum: expected a number of replicas or `auto`, found {}", n.kind()),
+                    );
+                    None
+                }
+            },
+        };
+        let defaults = InsertPolicy::default();
+        let quorum_timeout_ms = f
+            .get("quorum_timeout_ms")
+            .map_or(Some(defaults.quorum_timeout_ms), |n| self.positive(n, "insert.quorum_timeout_ms"));
+        Some(InsertPolicy { quorum: quorum?, quorum_timeout_ms: quorum_timeout_ms? })
+    }
+
     fn errors(&mut self, node: &Node) -> Option<ErrorPolicy> {
         let f = self.fields(node, "errors", &["mode", "dead_letter_topic", "max_error_rate"], &["mode"])?;
         let mode_node = f.get("mode")?;
@@ -751,6 +790,27 @@ errors: { mode: dead_letter, dead_letter_topic: orders-bad, max_error_rate: 0.5 
         assert!(found[1].starts_with("17:7: tables[].columns: `whom` is not a column of orders"), "{}", found[1]);
         assert!(found[2].starts_with("20:51: batch.max_ms: expected a positive whole number"), "{}", found[2]);
         assert!(found[3].starts_with("21:17: errors.mode: unknown mode `retry`"), "{}", found[3]);
+    }
+
+    #[test]
+    fn an_insert_quorum_is_a_number_of_replicas_or_auto() {
+        assert_eq!(Pipeline::parse(GOOD, Path::new(".")).expect("valid").insert, InsertPolicy::default());
+        let with = |insert: &str| format!("{GOOD}insert: {insert}\n");
+        let quorum = |insert: &str| Pipeline::parse(&with(insert), Path::new(".")).expect("valid").insert;
+        assert_eq!(
+            quorum("{ quorum: 2, quorum_timeout_ms: 5000 }"),
+            InsertPolicy { quorum: Some(QuorumSetting::Replicas(2)), quorum_timeout_ms: 5000 }
+        );
+        assert_eq!(quorum("{ quorum: auto }").quorum, Some(QuorumSetting::Majority));
+        assert_eq!(quorum("{ quorum: 1 }").quorum, None, "a quorum of one is none");
+        let found = problems(&with("{ quorum: most, quorum_timeout_ms: 0 }"));
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(
+            found[0].contains(": insert.quorum: expected a number of replicas or `auto`, found `most`"),
+            "{}",
+            found[0]
+        );
+        assert!(found[1].contains(": insert.quorum_timeout_ms: expected a positive whole number"), "{}", found[1]);
     }
 
     #[test]

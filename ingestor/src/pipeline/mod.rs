@@ -29,6 +29,30 @@ pub struct Pipeline {
     pub errors: ErrorPolicy,
     /// The most bytes of decoded messages held in memory, across partitions and tables.
     pub max_in_flight_bytes: u64,
+    pub insert: InsertPolicy,
+}
+
+/// How blocks are inserted: the `insert:` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InsertPolicy {
+    /// `quorum`: ClickHouse's insert_quorum for replicated tables; `None` is no quorum.
+    pub quorum: Option<QuorumSetting>,
+    /// `quorum_timeout_ms`: how long one wait for the quorum lasts before it is asked again.
+    pub quorum_timeout_ms: u64,
+}
+
+impl Default for InsertPolicy {
+    fn default() -> Self {
+        // ClickHouse's insert_quorum_timeout default.
+        InsertPolicy { quorum: None, quorum_timeout_ms: 600_000 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuorumSetting {
+    Replicas(u64),
+    /// `auto`: a majority of the table's replicas.
+    Majority,
 }
 
 #[derive(Debug, Clone)]

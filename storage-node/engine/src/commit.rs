@@ -78,6 +78,35 @@ pub trait Coordination: Send + Sync {
     fn apply<'a>(&'a self, ops: &'a [ExtraOp]) -> BoxFuture<'a, Result<Vec<i32>>>;
 }
 
+/// `insert_quorum`: how many replicas must have an inserted part before the insert is
+/// acknowledged. A quorum of 1 (or a majority of one replica) is no quorum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuorumSize {
+    Replicas(u64),
+    /// `insert_quorum = 'auto'`: a majority of the table's replicas.
+    Majority,
+}
+
+impl QuorumSize {
+    /// The number of replicas this quorum needs out of `replicas`.
+    pub fn of(self, replicas: u64) -> u64 {
+        match self {
+            QuorumSize::Replicas(n) => n,
+            QuorumSize::Majority => replicas / 2 + 1,
+        }
+    }
+}
+
+/// A quorum insert's settings, as ClickHouse names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quorum {
+    pub size: QuorumSize,
+    /// `insert_quorum_timeout`: how long the insert waits for the quorum once committed.
+    pub timeout: std::time::Duration,
+    /// `insert_quorum_parallel`: quorum inserts need not wait for each other.
+    pub parallel: bool,
+}
+
 /// A block number held for one new part until it is committed or released.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reservation {
@@ -123,7 +152,34 @@ pub trait PartCommitter: Send + Sync {
     /// Makes `parts` and `extra` durable together, or nothing of them (`parts` may be empty:
     /// the extra ops still commit). On an error the reservations stay held: the caller
     /// releases them, or after an unknown outcome decides what happened.
-    fn commit<'a>(&'a self, parts: &'a [PartCommit], extra: &'a [ExtraOp]) -> BoxFuture<'a, Result<CommitOutcome>>;
+    ///
+    /// With a `quorum` (replicated tables), the commit also opens the parts' quorum, which
+    /// [`wait_for_quorum`](Self::wait_for_quorum) then waits for.
+    fn commit<'a>(
+        &'a self,
+        parts: &'a [PartCommit],
+        extra: &'a [ExtraOp],
+        quorum: Option<&'a Quorum>,
+    ) -> BoxFuture<'a, Result<CommitOutcome>>;
+
+    /// Before a quorum insert writes anything: enough replicas are alive for it, and (unless
+    /// parallel) the previous quorum insert has reached its quorum. A table that is not
+    /// replicated has no quorum to check.
+    fn check_quorum<'a>(&'a self, _quorum: &'a Quorum) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// After a quorum insert's parts are active here: waits until the quorum of each part,
+    /// and of each part an earlier insert of a deduplicated block (`duplicate_ids`) made, is
+    /// reached, for at most the quorum's timeout.
+    fn wait_for_quorum<'a>(
+        &'a self,
+        _quorum: &'a Quorum,
+        _parts: &'a [String],
+        _duplicate_ids: &'a [String],
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 
     /// The committed parts are active here: their deduplication ids count from now on.
     fn activated(&self, parts: &[PartCommit]) -> Result<()>;
@@ -348,7 +404,12 @@ impl PartCommitter for LocalCommitter {
         })
     }
 
-    fn commit<'a>(&'a self, _parts: &'a [PartCommit], extra: &'a [ExtraOp]) -> BoxFuture<'a, Result<CommitOutcome>> {
+    fn commit<'a>(
+        &'a self,
+        _parts: &'a [PartCommit],
+        extra: &'a [ExtraOp],
+        _quorum: Option<&'a Quorum>,
+    ) -> BoxFuture<'a, Result<CommitOutcome>> {
         Box::pin(async move {
             if extra.is_empty() {
                 return Ok(CommitOutcome::default());
@@ -421,7 +482,7 @@ mod tests {
         let block = reservation.block;
         let name = PartName { partition_id: "all".into(), min_block: block, max_block: block, level: 0 };
         let parts = [PartCommit { reservation, name, rows: 1, files: BTreeMap::new() }];
-        block_on(committer.commit(&parts, &[])).expect("commit");
+        block_on(committer.commit(&parts, &[], None)).expect("commit");
         committer.activated(&parts).expect("activated");
         Some(block)
     }
@@ -503,7 +564,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let committer = open(dir.path(), 10, 0, vec![]);
         let op = ExtraOp::SetData { path: "/offsets/p/0".into(), data: vec![], expected_version: 0 };
-        let error = block_on(committer.commit(&[], &[op])).expect_err("no coordinator");
+        let error = block_on(committer.commit(&[], &[op], None)).expect_err("no coordinator");
         assert!(matches!(error, EngineError::NoCoordinator { .. }), "{error}");
     }
 }

@@ -99,6 +99,14 @@ pub trait ReplicaControl: Send + Sync {
     /// `SYSTEM RESTART REPLICA`: forgets the queue's retry state, registers the replica as
     /// active again and runs the queue now.
     fn restart(&self) -> BoxFuture<'_, Result<()>>;
+
+    /// `select_sequential_consistency`: per partition, the highest block number a read of
+    /// `table` may see (nothing newer than an open quorum; REPLICA_IS_NOT_IN_QUORUM when a
+    /// part that reached its quorum is not here).
+    fn visible_blocks<'a>(
+        &'a self,
+        table: &'a crate::table::Table,
+    ) -> BoxFuture<'a, Result<std::collections::BTreeMap<String, i64>>>;
 }
 
 /// A coordinator node as `system.zookeeper` shows it.

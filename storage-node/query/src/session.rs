@@ -11,6 +11,7 @@ use arrow::datatypes::{DataType as ArrowType, Field, Schema};
 use datafusion::execution::FunctionRegistry;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use mergestream_engine::catalog::DATABASE;
+use mergestream_engine::commit::{Quorum, QuorumSize};
 use mergestream_engine::replica::ReplicaControl;
 use mergestream_engine::table::insert::InsertSummary;
 use mergestream_engine::{Catalog, EngineError, InsertOptions, OptimizeRequest, Table};
@@ -42,7 +43,14 @@ const KNOWN_SETTINGS: &[&str] = &[
     "mutations_sync",
     "final",
     "receive_timeout",
+    "insert_quorum",
+    "insert_quorum_timeout",
+    "insert_quorum_parallel",
+    "select_sequential_consistency",
 ];
+
+/// ClickHouse's `insert_quorum_timeout` default, in milliseconds.
+const DEFAULT_INSERT_QUORUM_TIMEOUT_MS: u64 = 600_000;
 
 /// ClickHouse's `receive_timeout` default, in seconds: how long SYSTEM SYNC REPLICA waits.
 const DEFAULT_RECEIVE_TIMEOUT_SECS: f64 = 300.0;
@@ -275,6 +283,31 @@ impl Session {
         })
     }
 
+    /// `insert_quorum` (a number, or 'auto' for a majority), with `insert_quorum_timeout`
+    /// (ms) and `insert_quorum_parallel`; `None` when the insert waits for no quorum.
+    fn insert_quorum(&self, overrides: &[(String, String)]) -> Result<Option<Quorum>> {
+        let value = |name: &str| self.setting(overrides, name).map(|v| v.trim().trim_matches('\'').to_string());
+        let size = match value("insert_quorum").as_deref() {
+            None | Some("0") | Some("1") => return Ok(None),
+            Some(v) if v.eq_ignore_ascii_case("auto") => QuorumSize::Majority,
+            Some(v) => QuorumSize::Replicas(v.parse().map_err(|_| {
+                QueryError::Invalid(format!("insert_quorum must be a number of replicas or 'auto', got '{v}'"))
+            })?),
+        };
+        let timeout_ms = match value("insert_quorum_timeout") {
+            None => DEFAULT_INSERT_QUORUM_TIMEOUT_MS,
+            Some(v) => v.parse().map_err(|_| {
+                QueryError::Invalid(format!("insert_quorum_timeout must be a number of milliseconds, got '{v}'"))
+            })?,
+        };
+        let parallel = match value("insert_quorum_parallel").as_deref() {
+            None | Some("1") | Some("true") => true,
+            Some("0") | Some("false") => false,
+            Some(v) => return Err(QueryError::Invalid(format!("insert_quorum_parallel must be 0 or 1, got '{v}'"))),
+        };
+        Ok(Some(Quorum { size, timeout: Duration::from_millis(timeout_ms), parallel }))
+    }
+
     fn receive_timeout(&self) -> Result<Duration> {
         let Some(text) = self.setting(&[], "receive_timeout") else {
             return Ok(Duration::from_secs_f64(DEFAULT_RECEIVE_TIMEOUT_SECS));
@@ -302,8 +335,11 @@ impl Session {
         let within = self
             .setting(&rewritten.settings, "do_not_merge_across_partitions_select_final")
             .is_some_and(|v| v == "1" || v == "true");
+        let consistent =
+            self.setting(&rewritten.settings, "select_sequential_consistency").is_some_and(|v| v == "1" || v == "true");
         if let Ok(mut settings) = self.plan_settings.lock() {
             settings.final_within_partitions = within;
+            settings.sequential_consistency = consistent;
         }
         let batches = self.query(&self.ctx, &rewritten.sql).await?;
         let format = match &rewritten.format {
@@ -332,6 +368,7 @@ impl Session {
         let options = InsertOptions {
             deduplication_token: self.setting(&insert.settings, "insert_deduplication_token").filter(|_| deduplicate),
             skip_deduplication: !deduplicate,
+            quorum: self.insert_quorum(&insert.settings)?,
         };
         let columns = insert_columns(&table, insert.columns.as_deref())?;
         let blocks = match insert.source {

@@ -37,8 +37,14 @@ pub async fn clone_if_new(k: &Keeper, paths: &ReplicaPaths, own_version: i32) ->
     parts.sort();
     let prefix = paths.of_replica("queue/queue-");
     let mut txn = k.txn();
+    // A part whose quorum is still open keeps its quorum line: this replica's copy counts.
+    let open = crate::quorum::open_quorums(k, paths).await?;
     for part in &parts {
-        txn = txn.create(&prefix, get_part_entry_named(&source, part, "").as_bytes(), NodeKind::PersistentSequential);
+        let mut entry = get_part_entry_named(&source, part, "");
+        if let Some(required) = open.get(part) {
+            entry.push_str(&format!("quorum: {required}\n"));
+        }
+        txn = txn.create(&prefix, entry.as_bytes(), NodeKind::PersistentSequential);
     }
     for entry in &entries {
         txn = txn.create(&prefix, entry, NodeKind::PersistentSequential);

@@ -4,12 +4,15 @@
 use std::sync::Arc;
 
 use coordinator_client::{KeeperError, NodeKind};
-use mergestream_engine::commit::{BoxFuture, CommitOutcome, ExtraOp, PartCommit, PartCommitter, Reservation, Reserved};
+use mergestream_engine::commit::{
+    BoxFuture, CommitOutcome, ExtraOp, PartCommit, PartCommitter, Quorum, Reservation, Reserved,
+};
 use mergestream_engine::part::name::PartName;
 use mergestream_engine::{EngineError, Result};
 use tracing::{debug, warn};
 
 use crate::layout::{self, ReplicaPaths};
+use crate::quorum;
 use crate::session::{add_extra_ops, commit_error, extra_op_versions, CoordinatorSession};
 
 pub struct ReplicatedCommitter {
@@ -151,22 +154,32 @@ impl PartCommitter for ReplicatedCommitter {
         })
     }
 
-    fn commit<'a>(&'a self, parts: &'a [PartCommit], extra: &'a [ExtraOp]) -> BoxFuture<'a, Result<CommitOutcome>> {
+    fn commit<'a>(
+        &'a self,
+        parts: &'a [PartCommit],
+        extra: &'a [ExtraOp],
+        quorum: Option<&'a Quorum>,
+    ) -> BoxFuture<'a, Result<CommitOutcome>> {
         Box::pin(async move {
             let k = self.keeper().await?;
+            let required = match quorum {
+                Some(q) => quorum::required(&k, &self.paths, q).await?,
+                None => 0,
+            };
             let mut duplicates: Vec<usize> = Vec::new();
             loop {
                 // Per part: the log entry, the part's node, the block's dedup node and the end
                 // of its block number lock; then the caller's ops.
                 let mut txn = k.txn();
                 let mut dedup_ops: Vec<(usize, usize)> = Vec::new();
+                let mut quorum_ops: Vec<usize> = Vec::new();
                 for (index, part) in parts.iter().enumerate() {
                     let lock = self.paths.block_number_lock(&part.reservation.partition_id, part.reservation.block);
                     if duplicates.contains(&index) {
                         txn = txn.delete(&lock, None);
                         continue;
                     }
-                    let entry = layout::get_part_entry(&self.paths.replica, part);
+                    let entry = layout::get_part_entry(&self.paths.replica, part, required);
                     txn = txn
                         .create(&self.paths.log_entry_prefix(), entry.as_bytes(), NodeKind::PersistentSequential)
                         .create(
@@ -179,6 +192,13 @@ impl PartCommitter for ReplicatedCommitter {
                         txn = txn.create(&self.paths.block(id), part.name.to_string().as_bytes(), NodeKind::Persistent);
                     }
                     txn = txn.delete(&lock, None);
+                    if let Some(q) = quorum.filter(|_| required > 1) {
+                        let name = part.name.to_string();
+                        let (with_quorum, index) =
+                            quorum::open_ops(&k, txn, &self.paths, &name, required, q.parallel).await?;
+                        quorum_ops.push(index);
+                        txn = with_quorum;
+                    }
                 }
                 txn = add_extra_ops(txn, extra);
                 match txn.commit().await {
@@ -197,6 +217,22 @@ impl PartCommitter for ReplicatedCommitter {
                         debug!(path, op, "a block committed meanwhile through another replica");
                         duplicates.extend(part);
                     }
+                    Err(KeeperError::Txn { index, source, .. })
+                        if matches!(source, coordinator_client::zk::Error::NodeExists)
+                            && quorum_ops.contains(&index) =>
+                    {
+                        return Err(EngineError::Replication {
+                            code: "UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE",
+                            message: "Another quorum insert has been already started".into(),
+                        });
+                    }
+                    Err(KeeperError::Txn { index, .. }) if quorum_ops.iter().any(|q| *q + 1 == index) => {
+                        // The is_active check: this replica's session was re-made meanwhile.
+                        return Err(EngineError::Replication {
+                            code: "READONLY",
+                            message: "Replica is not active right now".into(),
+                        });
+                    }
                     Err(e) => {
                         self.session.forget_if_lost(&e).await;
                         return match commit_error(e) {
@@ -206,6 +242,28 @@ impl PartCommitter for ReplicatedCommitter {
                     }
                 }
             }
+        })
+    }
+
+    fn check_quorum<'a>(&'a self, q: &'a Quorum) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let k = self.keeper().await?;
+            quorum::check(&k, &self.paths, q).await
+        })
+    }
+
+    fn wait_for_quorum<'a>(
+        &'a self,
+        q: &'a Quorum,
+        parts: &'a [String],
+        duplicate_ids: &'a [String],
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let k = self.keeper().await?;
+            if quorum::required(&k, &self.paths, q).await? <= 1 {
+                return Ok(());
+            }
+            quorum::wait(&k, &self.paths, q, parts, duplicate_ids).await
         })
     }
 

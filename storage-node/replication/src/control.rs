@@ -2,14 +2,15 @@
 //! and the SYSTEM statements (SYNC REPLICA, STOP/START FETCHES and REPLICATION QUEUES,
 //! RESTART REPLICA), read from the coordinator and the replication queue's own state.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use coordinator_client::{Keeper, KeeperError, SequentialLog};
 use mergestream_engine::commit::BoxFuture;
+use mergestream_engine::part::name::PartName;
 use mergestream_engine::replica::{CoordinatorNode, QueueEntryStatus, ReplicaControl, ReplicaStatus, SyncMode};
-use mergestream_engine::{EngineError, Result};
+use mergestream_engine::{EngineError, Result, Table};
 
 use crate::layout::ReplicaPaths;
 use crate::queue::{now_secs, LogEntry, ReplicationQueue};
@@ -228,6 +229,7 @@ impl ReplicaControl for ReplicationQueue {
                         new_part_name: String::new(),
                         parts_to_merge: Vec::new(),
                         create_time: 0,
+                        quorum: 0,
                     });
                     QueueEntryStatus {
                         position: position as u32,
@@ -269,6 +271,14 @@ impl ReplicaControl for ReplicationQueue {
         Box::pin(async move {
             self.forget_tries();
             Ok(())
+        })
+    }
+
+    fn visible_blocks<'a>(&'a self, table: &'a Table) -> BoxFuture<'a, Result<BTreeMap<String, i64>>> {
+        Box::pin(async move {
+            let k = self.session.keeper().await.map_err(|e| EngineError::Coordinator(e.to_string()))?;
+            let here = |name: &PartName| table.has_part_or_covering(name);
+            crate::quorum::max_visible_blocks(&k, &self.paths, table.max_blocks(), here).await
         })
     }
 }

@@ -202,9 +202,18 @@ pub fn host_text(interserver_addr: &str, table: &str) -> String {
     format!("host: {host}\nport: {port}\ntcp_port: 0\ndatabase: default\ntable: {table}\nscheme: grpc\n")
 }
 
-/// A `GET_PART` log entry, in ClickHouse's text format.
-pub fn get_part_entry(source_replica: &str, part: &PartCommit) -> String {
-    get_part_entry_named(source_replica, &part.name.to_string(), part.reservation.dedup_id.as_deref().unwrap_or(""))
+/// A `GET_PART` log entry, in ClickHouse's text format; `quorum` (when above 1) is the
+/// insert's quorum, which each replica getting the part adds itself to.
+pub fn get_part_entry(source_replica: &str, part: &PartCommit, quorum: u64) -> String {
+    let mut entry = get_part_entry_named(
+        source_replica,
+        &part.name.to_string(),
+        part.reservation.dedup_id.as_deref().unwrap_or(""),
+    );
+    if quorum > 1 {
+        entry.push_str(&format!("quorum: {quorum}\n"));
+    }
+    entry
 }
 
 /// A `GET_PART` entry of a part known by name (a clone's queue: the source's parts).

@@ -15,6 +15,7 @@ pub mod fetch;
 pub mod layout;
 pub mod macros;
 pub mod queue;
+pub mod quorum;
 pub mod register;
 pub mod session;
 

@@ -31,6 +31,8 @@ pub struct LogEntry {
     pub parts_to_merge: Vec<String>,
     /// Seconds since the epoch (the entry's `create_time`, written in UTC); 0 if it has none.
     pub create_time: i64,
+    /// A quorum insert's part: how many replicas its insert waits for (0: no quorum).
+    pub quorum: u64,
 }
 
 impl LogEntry {
@@ -42,6 +44,7 @@ impl LogEntry {
             .find_map(|l| l.strip_prefix("create_time: "))
             .and_then(|t| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok())
             .map_or(0, |t| t.and_utc().timestamp());
+        let quorum = text.lines().find_map(|l| l.strip_prefix("quorum: ")).and_then(|q| q.parse().ok()).unwrap_or(0);
         let mut lines = text.lines().skip_while(|l| *l != "get" && *l != "merge");
         let entry = match lines.next()? {
             "get" => LogEntry {
@@ -50,6 +53,7 @@ impl LogEntry {
                 new_part_name: lines.next()?.to_string(),
                 parts_to_merge: Vec::new(),
                 create_time,
+                quorum,
             },
             _ => {
                 let parts_to_merge: Vec<String> =
@@ -58,7 +62,7 @@ impl LogEntry {
                 if parts_to_merge.is_empty() || parts_to_merge.iter().any(|p| PartName::parse(p).is_none()) {
                     return None;
                 }
-                LogEntry { kind: "MERGE_PARTS", source_replica, new_part_name, parts_to_merge, create_time }
+                LogEntry { kind: "MERGE_PARTS", source_replica, new_part_name, parts_to_merge, create_time, quorum }
             }
         };
         PartName::parse(&entry.new_part_name)?;
@@ -227,7 +231,11 @@ impl ReplicationQueue {
     /// Pulls new log entries, then runs the queue once; whether anything moved.
     async fn step(&self, table: &Arc<Table>) -> Result<bool> {
         let k = self.keeper().await?;
-        self.ensure_active(&k).await?;
+        if self.ensure_active(&k).await? {
+            // Quorum updates the previous session did not get to.
+            let has_part = |name: &str| PartName::parse(name).is_some_and(|n| table.has_part_or_covering(&n));
+            crate::quorum::update_for_parts_here(&k, &self.paths, has_part).await?;
+        }
         let pulled = self.pull_log(&k).await?;
         self.last_queue_update.store(now_secs(), Ordering::SeqCst);
         self.last_queue_update_exception.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -274,10 +282,11 @@ impl ReplicationQueue {
 
     /// Makes this replica's ephemeral `is_active` node belong to the current session: after a
     /// session was lost the old node is gone (or soon will be), so a new one is made.
-    async fn ensure_active(&self, k: &Keeper) -> Result<()> {
+    /// Whether this session is new to the replica.
+    async fn ensure_active(&self, k: &Keeper) -> Result<bool> {
         let session = k.session_id();
         if self.active_session.load(Ordering::SeqCst) == session {
-            return Ok(());
+            return Ok(false);
         }
         let path = self.paths.of_replica("is_active");
         let current = match k.get(&path).await {
@@ -304,7 +313,7 @@ impl ReplicationQueue {
         }
         info!(table = self.paths.table, replica = self.paths.replica, session, "the replica is active");
         self.active_session.store(session, Ordering::SeqCst);
-        Ok(())
+        Ok(true)
     }
 
     /// Copies the entries after the log pointer into this replica's queue (all but its own
@@ -434,6 +443,9 @@ impl ReplicationQueue {
             self.fetch_from_some_replica(k, table, entry, &name).await?;
         }
         self.list_and_remove(k, table, &name, queue_entry).await?;
+        if entry.quorum > 1 {
+            crate::quorum::update(k, &self.paths, &entry.new_part_name).await?;
+        }
         Ok(Ran::Done)
     }
 
@@ -675,8 +687,11 @@ mod tests {
                 new_part_name: "all_0_0_0".into(),
                 parts_to_merge: vec![],
                 create_time: 1_796_529_600,
+                quorum: 0,
             }
         );
+        let with_quorum = format!("{text}quorum: 2\n");
+        assert_eq!(LogEntry::parse(&with_quorum).map(|e| e.quorum), Some(2));
         assert_eq!(LogEntry::parse("format version: 4\nsource replica: r1\nmerge\nall_0_1_1\n"), None);
         assert_eq!(LogEntry::parse("format version: 4\nsource replica: r1\nattach\nall_0_1_1\n"), None);
     }

@@ -16,11 +16,14 @@ use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use coordinator_client::offset::validate_node_path;
 use coordinator_client::{KeeperError, OffsetRecord};
-use mergestream_engine::commit::{ExtraOp, Refusal};
-use mergestream_engine::{Catalog, EngineError, InsertOptions, PreparedCommitError, PreparedInsert, Table};
+use mergestream_engine::commit::{ExtraOp, Quorum, QuorumSize, Refusal};
+use mergestream_engine::{
+    Catalog, EngineError, InsertOptions, InsertSummary, PreparedCommitError, PreparedInsert, Table,
+};
 use mergestream_proto::ingest::ingest_server::Ingest;
 use mergestream_proto::ingest::{
-    CreateTableRequest, DescribeTableRequest, InsertReply, InsertRequest, QueryReply, QueryRequest, TableSchema,
+    AwaitQuorumReply, AwaitQuorumRequest, CreateTableRequest, DescribeTableRequest, InsertReply, InsertRequest,
+    QueryReply, QueryRequest, TableSchema,
 };
 use mergestream_proto::refusal::Reason;
 use mergestream_query::{OutputFormat, Session};
@@ -113,7 +116,11 @@ fn engine_status(e: EngineError) -> Status {
         EngineError::Coordinator(_) | EngineError::CommitOutcomeUnknown(_) | EngineError::CommitRefused { .. } => {
             Status::unavailable(e.to_string())
         }
-        EngineError::Replication { code: "TABLE_IS_READ_ONLY", .. } => Status::unavailable(e.to_string()),
+        // Retried by the writer: the replicas or the coordinator may be back soon.
+        EngineError::Replication {
+            code: "TABLE_IS_READ_ONLY" | "TOO_FEW_LIVE_REPLICAS" | "READONLY" | "UNKNOWN_STATUS_OF_INSERT",
+            ..
+        } => Status::unavailable(e.to_string()),
         EngineError::Replication { .. } | EngineError::NoCoordinator { .. } => {
             Status::failed_precondition(e.to_string())
         }
@@ -232,6 +239,7 @@ impl IngestService {
         batch: RecordBatch,
         token: String,
         offset: mergestream_proto::ingest::OffsetCommit,
+        quorum: Option<Quorum>,
     ) -> Result<InsertReply, Status> {
         validate_node_path(&offset.path).map_err(|e| Status::invalid_argument(format!("the offset path: {e}")))?;
         let coordinator = self.coordinator.clone().ok_or_else(|| {
@@ -239,7 +247,7 @@ impl IngestService {
                 "this storage node was started without --coordinator, so it cannot commit source offsets".into(),
             )
         })?;
-        tokio::spawn(commit_with_offset(coordinator, table, batch, token, offset))
+        tokio::spawn(commit_with_offset(coordinator, table, batch, token, offset, quorum))
             .await
             .map_err(|e| Status::internal(format!("insert task failed: {e}")))?
     }
@@ -251,6 +259,7 @@ async fn commit_with_offset(
     batch: RecordBatch,
     token: String,
     offset: mergestream_proto::ingest::OffsetCommit,
+    quorum: Option<Quorum>,
 ) -> Result<InsertReply, Status> {
     let rows = batch.num_rows() as u64;
     let attempt = new_attempt_id();
@@ -263,11 +272,11 @@ async fn commit_with_offset(
     let record = OffsetRecord { next: offset.next_position, token: token.clone(), attempt: attempt.clone() }.encode();
     let extra =
         vec![ExtraOp::SetData { path: offset.path.clone(), data: record, expected_version: offset.expected_version }];
-    match table.commit_prepared_with(prepared, extra).await {
+    match table.commit_prepared_with(prepared, extra, quorum.as_ref()).await {
         Ok((summary, outcome)) => {
             metrics::counter!("mergestream_storage_blocks_committed_total").increment(1);
             let offset_version = outcome.versions.first().copied().unwrap_or(-1);
-            Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version })
+            Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version, quorum_pending: false })
         }
         Err(PreparedCommitError::NotActivated(e)) => Err(engine_status(e)),
         Err(PreparedCommitError::Uncommitted { prepared, error }) => match error {
@@ -337,13 +346,25 @@ async fn settle_unknown(
         Some((record, version)) if record.attempt == pending.attempt => {
             let rows = prepared.record.rows as u64;
             let summary = blocking(move || table.commit_prepared(prepared)).await?.map_err(engine_status)?;
-            Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version: version })
+            Ok(InsertReply {
+                rows,
+                parts: summary.parts,
+                duplicate: false,
+                offset_version: version,
+                quorum_pending: false,
+            })
         }
         Some((record, version)) if record.token == pending.token => {
             // A retry of a block that already committed: nothing to add.
             blocking(move || table.abort_prepared(prepared)).await?;
             metrics::counter!("mergestream_storage_blocks_duplicate_total").increment(1);
-            Ok(InsertReply { rows: 0, parts: Vec::new(), duplicate: true, offset_version: version })
+            Ok(InsertReply {
+                rows: 0,
+                parts: Vec::new(),
+                duplicate: true,
+                offset_version: version,
+                quorum_pending: false,
+            })
         }
         Some((record, version)) => {
             blocking(move || table.abort_prepared(prepared)).await?;
@@ -396,6 +417,40 @@ impl Ingest for IngestService {
     async fn query(&self, request: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
         guarded("Query", self.handle_query(request)).await
     }
+
+    async fn await_quorum(&self, request: Request<AwaitQuorumRequest>) -> Result<Response<AwaitQuorumReply>, Status> {
+        guarded("AwaitQuorum", async move {
+            let request = request.into_inner();
+            let table = self.table(&request.table)?;
+            let quorum = request.quorum.map(quorum_of).ok_or_else(|| Status::invalid_argument("no quorum given"))?;
+            let reached = await_quorum(&table, &quorum, request.parts).await?;
+            Ok(Response::new(AwaitQuorumReply { reached }))
+        })
+        .await
+    }
+}
+
+/// An insert request's quorum, always parallel: writers of many partitions at once must not
+/// wait for each other's quorums.
+fn quorum_of(q: mergestream_proto::ingest::InsertQuorum) -> Quorum {
+    Quorum {
+        size: if q.replicas == 0 { QuorumSize::Majority } else { QuorumSize::Replicas(q.replicas) },
+        timeout: Duration::from_millis(q.timeout_ms),
+        parallel: true,
+    }
+}
+
+/// Waits for the quorum of committed parts: whether it was reached in time.
+async fn await_quorum(table: &Table, quorum: &Quorum, parts: Vec<String>) -> Result<bool, Status> {
+    let summary = InsertSummary { parts, ..Default::default() };
+    match table.wait_for_quorum(quorum, &summary).await {
+        Ok(()) => Ok(true),
+        Err(EngineError::Replication { code: "UNKNOWN_STATUS_OF_INSERT", message }) => {
+            warn!(table = table.name(), message, "the insert quorum is not reached yet");
+            Ok(false)
+        }
+        Err(e) => Err(engine_status(e)),
+    }
 }
 
 impl IngestService {
@@ -432,21 +487,37 @@ impl IngestService {
         let bytes = request.arrow_ipc;
         let batch = blocking(move || decode_block(&t, bytes)).await??;
         let token = (!request.deduplication_token.is_empty()).then_some(request.deduplication_token);
+        let quorum = request.quorum.map(quorum_of);
         let reply = match (request.offset, token) {
-            (Some(offset), Some(token)) => self.insert_with_offset(table, batch, token, offset).await?,
+            (Some(offset), Some(token)) => {
+                if let Some(quorum) = &quorum {
+                    table.check_quorum(quorum).await.map_err(engine_status)?;
+                }
+                let mut reply = self.insert_with_offset(table.clone(), batch, token, offset, quorum).await?;
+                // The block and its offset are in whatever the quorum says: a quorum not
+                // reached in time is only pending, for the writer to wait for, not to retry.
+                if let Some(quorum) = quorum.filter(|_| !reply.parts.is_empty()) {
+                    reply.quorum_pending = !await_quorum(&table, &quorum, reply.parts.clone()).await?;
+                }
+                reply
+            }
             (Some(_), None) => return Err(Status::invalid_argument("an offset commit needs a deduplication token")),
             (None, token) => {
                 let rows = batch.num_rows() as u64;
-                let options = InsertOptions { deduplication_token: token, ..Default::default() };
+                // As an INSERT statement: a quorum not reached in time is an error, and a retry
+                // of the same block is deduplicated and waits for the same quorum.
+                let options = InsertOptions { deduplication_token: token, quorum, ..Default::default() };
                 let summary = table.insert_async(batch, options).await.map_err(engine_status)?;
                 InsertReply {
                     rows,
                     duplicate: summary.deduplicated > 0 && summary.parts.is_empty(),
                     parts: summary.parts,
                     offset_version: -1,
+                    quorum_pending: false,
                 }
             }
         };
+
         // The new part is a candidate for a background merge, as after an INSERT statement.
         self.catalog.schedule_merges(&merged_later);
         metrics::histogram!("mergestream_storage_insert_seconds").record(began.elapsed().as_secs_f64());

@@ -102,7 +102,7 @@ impl Table {
         }
         let filter = self.visibility_filter(&merge_schema);
 
-        let parts = self.snapshot();
+        let parts = self.visible_parts(options);
         let converter = RowConverter::new(
             self.key_columns.iter().map(|&c| SortField::new(self.schema.field(c).data_type().clone())).collect(),
         )?;

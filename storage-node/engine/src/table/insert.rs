@@ -11,7 +11,7 @@ use tracing::debug;
 
 use super::{blocking, Table};
 use crate::block_on::block_on;
-use crate::commit::{CommitOutcome, ExtraOp, PartCommit, Reserved};
+use crate::commit::{CommitOutcome, ExtraOp, PartCommit, Quorum, Reserved};
 use crate::error::{EngineError, Result};
 use crate::key_expr::KeyExpr;
 use crate::merge::{build_algorithm, AlgorithmOptions, SortedMerge, SortedStream};
@@ -24,6 +24,8 @@ pub struct InsertOptions {
     pub deduplication_token: Option<String>,
     /// `insert_deduplicate = 0`: the insert is never a duplicate, whatever its rows or token.
     pub skip_deduplication: bool,
+    /// `insert_quorum` and its companions (replicated tables only).
+    pub quorum: Option<Quorum>,
 }
 
 /// What an insert did.
@@ -33,6 +35,8 @@ pub struct InsertSummary {
     pub parts: Vec<String>,
     /// Parts not written because an insert with the same dedup id was already committed.
     pub deduplicated: usize,
+    /// The dedup ids of those parts: a quorum insert waits for their quorum too.
+    pub duplicate_ids: Vec<String>,
 }
 
 /// Directories of prepared inserts (two-step commits) start with this.
@@ -160,7 +164,7 @@ struct ReservedPart {
 /// Parts the committer accepted, with the extra ops: what is left is making them active.
 struct CommittedInsert {
     parts: Vec<ReservedPart>,
-    deduplicated: usize,
+    duplicate_ids: Vec<String>,
     outcome: CommitOutcome,
 }
 
@@ -194,31 +198,86 @@ impl std::fmt::Debug for PreparedCommitError {
     }
 }
 
+impl InsertSummary {
+    /// Adds what a later commit of the same insert did (the rows are the insert's already).
+    fn absorb(&mut self, other: InsertSummary) {
+        self.parts.extend(other.parts);
+        self.deduplicated += other.deduplicated;
+        self.duplicate_ids.extend(other.duplicate_ids);
+    }
+}
+
+/// How an insert's parts are committed: all in one commit, but one by one under a quorum
+/// that is not parallel, where each part must reach its quorum before the next may open one
+/// (as ClickHouse commits and waits part by part).
+fn quorum_batches(parts: Vec<WrittenPart>, quorum: Option<&Quorum>) -> Vec<Vec<WrittenPart>> {
+    match quorum {
+        Some(quorum) if !quorum.parallel => parts.into_iter().map(|part| vec![part]).collect(),
+        _ => vec![parts],
+    }
+}
+
 impl Table {
     /// Inserts one block from a thread outside any async runtime. Each partition of the block
     /// becomes one part; the call returns once every part is durable and active.
     pub fn insert(&self, batch: RecordBatch, options: &InsertOptions) -> Result<InsertSummary> {
+        if let Some(quorum) = &options.quorum {
+            block_on(self.committer.check_quorum(quorum))?;
+        }
         let written = self.write_insert(batch, options)?;
         let rows = written.rows;
-        let committed = block_on(self.reserve_and_commit(written.parts, &[])).map_err(|(parts, e)| {
-            parts.into_iter().for_each(|(part, _)| part.abort());
-            e
-        })?;
-        self.activate_committed(committed, rows)
+        let mut summary = InsertSummary { rows, ..Default::default() };
+        for parts in quorum_batches(written.parts, options.quorum.as_ref()) {
+            let committed =
+                block_on(self.reserve_and_commit(parts, &[], options.quorum.as_ref())).map_err(|(parts, e)| {
+                    parts.into_iter().for_each(|(part, _)| part.abort());
+                    e
+                })?;
+            let done = self.activate_committed(committed, rows)?;
+            if let Some(quorum) = &options.quorum {
+                block_on(self.wait_for_quorum(quorum, &done))?;
+            }
+            summary.absorb(done);
+        }
+        Ok(summary)
     }
 
     /// Inserts one block from async code: sorting, writing and activating run on blocking
     /// threads, the commit is awaited.
     pub async fn insert_async(self: &Arc<Self>, batch: RecordBatch, options: InsertOptions) -> Result<InsertSummary> {
+        if let Some(quorum) = &options.quorum {
+            self.committer.check_quorum(quorum).await?;
+        }
+        let quorum = options.quorum;
         let table = self.clone();
         let written = blocking(move || table.write_insert(batch, &options)).await?;
         let rows = written.rows;
-        let committed = self.reserve_and_commit(written.parts, &[]).await.map_err(|(parts, e)| {
-            parts.into_iter().for_each(|(part, _)| part.abort());
-            e
-        })?;
-        let table = self.clone();
-        blocking(move || table.activate_committed(committed, rows)).await
+        let mut summary = InsertSummary { rows, ..Default::default() };
+        for parts in quorum_batches(written.parts, quorum.as_ref()) {
+            let committed = self.reserve_and_commit(parts, &[], quorum.as_ref()).await.map_err(|(parts, e)| {
+                parts.into_iter().for_each(|(part, _)| part.abort());
+                e
+            })?;
+            let table = self.clone();
+            let done = blocking(move || table.activate_committed(committed, rows)).await?;
+            if let Some(quorum) = &quorum {
+                self.wait_for_quorum(quorum, &done).await?;
+            }
+            summary.absorb(done);
+        }
+        Ok(summary)
+    }
+
+    /// Whether a quorum insert may start (enough live replicas, no previous quorum open).
+    pub async fn check_quorum(&self, quorum: &Quorum) -> Result<()> {
+        self.committer.check_quorum(quorum).await
+    }
+
+    /// Waits until the quorum of every part an insert made or found already committed is
+    /// reached (ClickHouse's UNKNOWN_STATUS_OF_INSERT when it is not in time: the parts stay,
+    /// and a retry of the same block is deduplicated and waits again).
+    pub async fn wait_for_quorum(&self, quorum: &Quorum, summary: &InsertSummary) -> Result<()> {
+        self.committer.wait_for_quorum(quorum, &summary.parts, &summary.duplicate_ids).await
     }
 
     /// Splits, sorts and writes a block's parts, for [`insert`](Self::insert) and
@@ -275,13 +334,17 @@ impl Table {
     /// The second step, with the coordinator ops that commit together with the parts (the
     /// ingestor's offset node): reserved, committed as one, then made active. On failure the
     /// prepared insert comes back with the error, its parts still on disk.
+    ///
+    /// With a `quorum`, its parts' quorum is opened in the same commit; the caller waits for
+    /// it with [`wait_for_quorum`](Self::wait_for_quorum).
     pub async fn commit_prepared_with(
         self: &Arc<Self>,
         prepared: PreparedInsert,
         extra: Vec<ExtraOp>,
+        quorum: Option<&Quorum>,
     ) -> std::result::Result<(InsertSummary, CommitOutcome), PreparedCommitError> {
         let PreparedInsert { dir, record, parts } = prepared;
-        let committed = match self.reserve_and_commit(parts, &extra).await {
+        let committed = match self.reserve_and_commit(parts, &extra, quorum).await {
             Ok(committed) => committed,
             Err((parts, error)) => {
                 let prepared = PreparedInsert { dir, record, parts };
@@ -306,7 +369,7 @@ impl Table {
     pub fn commit_prepared(&self, prepared: PreparedInsert) -> Result<InsertSummary> {
         let PreparedInsert { dir, record, parts } = prepared;
         let (earlier, parts) = block_on(self.committed_earlier(parts))?;
-        let committed = block_on(self.reserve_and_commit(parts, &[])).map_err(|(_, e)| e)?;
+        let committed = block_on(self.reserve_and_commit(parts, &[], None)).map_err(|(_, e)| e)?;
         let mut summary = self.activate_committed(committed, record.rows)?;
         for (part, name) in earlier {
             self.activate(part.commit(name.clone())?);
@@ -530,9 +593,10 @@ impl Table {
         &self,
         parts: Vec<WrittenPart>,
         extra: &[ExtraOp],
+        quorum: Option<&Quorum>,
     ) -> std::result::Result<CommittedInsert, (Vec<WrittenPart>, EngineError)> {
         let mut reserved: Vec<ReservedPart> = Vec::with_capacity(parts.len());
-        let mut deduplicated = 0;
+        let mut duplicate_ids = Vec::new();
         let mut pending = parts.into_iter();
         let give_back = |table: &Table, reserved: Vec<ReservedPart>, rest: Vec<WrittenPart>, error: EngineError| {
             let mut parts = Vec::with_capacity(reserved.len() + rest.len());
@@ -555,7 +619,7 @@ impl Table {
                 Ok(Reserved::Duplicate) => {
                     debug!(table = %self.def.name, dedup_id, "insert deduplicated");
                     part.abort();
-                    deduplicated += 1;
+                    duplicate_ids.extend(dedup_id);
                 }
                 Ok(Reserved::Block(reservation)) => {
                     self.hold_block(&reservation);
@@ -575,8 +639,8 @@ impl Table {
             }
         }
         let commits: Vec<PartCommit> = reserved.iter().map(|r| r.commit.clone()).collect();
-        match self.committer.commit(&commits, extra).await {
-            Ok(outcome) => Ok(CommittedInsert { parts: reserved, deduplicated, outcome }),
+        match self.committer.commit(&commits, extra, quorum).await {
+            Ok(outcome) => Ok(CommittedInsert { parts: reserved, duplicate_ids, outcome }),
             Err(error) => Err(give_back(self, reserved, Vec::new(), error)),
         }
     }
@@ -585,7 +649,12 @@ impl Table {
     /// renamed stops the rest: they are released, and only the activated ones count as
     /// inserted for deduplication.
     fn activate_committed(&self, committed: CommittedInsert, rows: usize) -> Result<InsertSummary> {
-        let mut summary = InsertSummary { rows, deduplicated: committed.deduplicated, ..Default::default() };
+        let mut summary = InsertSummary {
+            rows,
+            deduplicated: committed.duplicate_ids.len(),
+            duplicate_ids: committed.duplicate_ids,
+            ..Default::default()
+        };
         let mut activated = Vec::with_capacity(committed.parts.len());
         let mut failed = None;
         for (index, ReservedPart { part, commit }) in committed.parts.into_iter().enumerate() {
@@ -594,6 +663,7 @@ impl Table {
                 debug!(table = %self.def.name, dedup_id = commit.reservation.dedup_id, "insert deduplicated");
                 part.abort();
                 summary.deduplicated += 1;
+                summary.duplicate_ids.extend(commit.reservation.dedup_id.clone());
                 continue;
             }
             if failed.is_some() {

@@ -1,5 +1,6 @@
 //! Reads: plain scans with primary-key pruning, and FINAL.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -39,9 +40,32 @@ pub struct ReadOptions {
     pub with_part_column: bool,
     /// `do_not_merge_across_partitions_select_final`.
     pub final_within_partitions: bool,
+    /// `select_sequential_consistency` on a replicated table: per partition, the highest block
+    /// a read may see (parts of other partitions are not seen at all).
+    pub visible_blocks: Option<Arc<BTreeMap<String, i64>>>,
 }
 
 impl Table {
+    /// The active parts a read sees.
+    pub(super) fn visible_parts(&self, options: &ReadOptions) -> Vec<Arc<DataPart>> {
+        let parts = self.snapshot();
+        let Some(visible) = &options.visible_blocks else { return parts };
+        parts
+            .into_iter()
+            .filter(|p| visible.get(&p.name.partition_id).is_some_and(|max| p.name.max_block as i64 <= *max))
+            .collect()
+    }
+
+    /// The highest block number of each partition's active parts.
+    pub fn max_blocks(&self) -> BTreeMap<String, u64> {
+        let mut max = BTreeMap::new();
+        for part in self.snapshot() {
+            let block = max.entry(part.name.partition_id.clone()).or_insert(0);
+            *block = part.name.max_block.max(*block);
+        }
+        max
+    }
+
     /// The output schema of a read.
     pub fn read_schema(&self, options: &ReadOptions) -> SchemaRef {
         let mut fields: Vec<Field> = options.columns.iter().map(|&c| self.schema.field(c).clone()).collect();
@@ -61,7 +85,7 @@ impl Table {
     /// whole row groups.
     pub fn plan_scan(&self, options: &ReadOptions, parallelism: usize) -> Result<Vec<ScanTask>> {
         let mut pieces: Vec<(Arc<DataPart>, Range<usize>)> = Vec::new();
-        for part in self.snapshot() {
+        for part in self.visible_parts(options) {
             let ranges = match &options.key_range {
                 Some(range) => matching_granules(&part, range)?,
                 None => std::iter::once(0..part.rows() as usize).collect(),

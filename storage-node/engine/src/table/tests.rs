@@ -250,13 +250,13 @@ async fn a_prepared_insert_commits_with_its_extra_ops() {
     let table = table_answering(dir.path(), Ok(vec![4]));
     let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()), ..Default::default() };
     let prepared = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
-    let (summary, outcome) = table.commit_prepared_with(prepared, offset_op()).await.expect("commit");
+    let (summary, outcome) = table.commit_prepared_with(prepared, offset_op(), None).await.expect("commit");
     assert_eq!((summary.parts, outcome.versions), (vec!["all_1_1_0".to_string()], vec![4]));
     assert!(table.prepared_inserts().expect("list").is_empty());
 
     // The same token again: the part is a duplicate, and the extra ops still commit.
     let again = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
-    let (summary, outcome) = table.commit_prepared_with(again, offset_op()).await.expect("commit");
+    let (summary, outcome) = table.commit_prepared_with(again, offset_op(), None).await.expect("commit");
     assert_eq!((summary.parts.len(), summary.deduplicated, outcome.versions), (0, 1, vec![4]));
 }
 
@@ -268,7 +268,7 @@ async fn a_refused_commit_hands_the_prepared_insert_back_and_activates_nothing()
     let options = InsertOptions { deduplication_token: Some("p-t-0-9".into()), ..Default::default() };
     let prepared = table.prepare_insert(block(&table, 0..10), &options, "offset 10").expect("prepare");
     let Err(PreparedCommitError::Uncommitted { prepared, error }) =
-        table.commit_prepared_with(prepared, offset_op()).await
+        table.commit_prepared_with(prepared, offset_op(), None).await
     else {
         panic!("the commit is refused");
     };

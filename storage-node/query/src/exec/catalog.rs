@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableFunctionImpl, TableProvider};
 use datafusion::common::{plan_err, ScalarValue};
 use datafusion::datasource::MemTable;
-use datafusion::error::Result as DfResult;
+use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::Expr;
 use mergestream_engine::catalog::DATABASE;
 use mergestream_engine::Catalog;
@@ -22,6 +22,8 @@ use crate::sql::rewrite::{FINAL_PREFIX, FINAL_VIRTUAL_PREFIX, VIRTUAL_PREFIX};
 #[derive(Debug, Default, Clone)]
 pub struct PlanSettings {
     pub final_within_partitions: bool,
+    /// `select_sequential_consistency`: replicated tables show only what reached its quorum.
+    pub sequential_consistency: bool,
 }
 
 pub struct EngineCatalog {
@@ -67,7 +69,11 @@ impl SchemaProvider for TablesSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let within = self.settings.lock().map(|s| s.final_within_partitions).unwrap_or(false);
+        let (within, consistent) = self
+            .settings
+            .lock()
+            .map(|s| (s.final_within_partitions, s.sequential_consistency))
+            .unwrap_or((false, false));
         let (base, mode) = if let Some(base) = name.strip_prefix(FINAL_VIRTUAL_PREFIX) {
             (base, ScanMode::Final { within_partitions: within, with_part_column: true })
         } else if let Some(base) = name.strip_prefix(FINAL_PREFIX) {
@@ -77,10 +83,14 @@ impl SchemaProvider for TablesSchema {
         } else {
             (name, ScanMode::Plain)
         };
-        match self.catalog.table(base) {
-            Ok(table) => Ok(Some(Arc::new(EngineTableProvider::new(table, mode)))),
-            Err(_) => Ok(None),
-        }
+        let Ok(table) = self.catalog.table(base) else { return Ok(None) };
+        let visible = match self.catalog.replica(base).filter(|_| consistent) {
+            Some(replica) => {
+                Some(replica.visible_blocks(&table).await.map_err(|e| DataFusionError::External(e.into()))?)
+            }
+            None => None,
+        };
+        Ok(Some(Arc::new(EngineTableProvider::new(table, mode).with_visible_blocks(visible))))
     }
 
     fn table_exist(&self, name: &str) -> bool {

@@ -37,6 +37,8 @@ pub struct EngineTableProvider {
     table: Arc<Table>,
     mode: ScanMode,
     schema: SchemaRef,
+    /// `select_sequential_consistency`: the highest block each partition may show.
+    visible_blocks: Option<Arc<std::collections::BTreeMap<String, i64>>>,
 }
 
 impl std::fmt::Debug for EngineTableProvider {
@@ -54,7 +56,12 @@ impl EngineTableProvider {
             ..Default::default()
         };
         let schema = table.read_schema(&all);
-        EngineTableProvider { table, mode, schema }
+        EngineTableProvider { table, mode, schema, visible_blocks: None }
+    }
+
+    pub fn with_visible_blocks(mut self, visible: Option<std::collections::BTreeMap<String, i64>>) -> Self {
+        self.visible_blocks = visible.map(Arc::new);
+        self
     }
 
     fn first_key_column(&self) -> Option<String> {
@@ -176,6 +183,7 @@ impl TableProvider for EngineTableProvider {
             with_part_column,
             final_within_partitions: matches!(self.mode, ScanMode::Final { within_partitions: true, .. }),
             columns: columns.clone(),
+            visible_blocks: self.visible_blocks.clone(),
         };
         let read_schema = self.table.read_schema(&options);
         // Positions of the wanted provider columns in the read's schema.
