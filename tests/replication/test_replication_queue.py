@@ -5,6 +5,7 @@ down catches up. Against our coordinator and Apache ZooKeeper 3.8."""
 
 import itertools
 import random
+import shutil
 
 import pytest
 
@@ -180,6 +181,68 @@ def test_a_new_replica_clones_a_table_whose_log_was_cleaned(tmp_path, keeper_hos
         wait_until(lambda: active_parts(r2, table) == active_parts(r1, table), 30, "the same parts on both")
         # Its pointer starts where r1's was, not at the cleaned-away beginning.
         assert int(kazoo.get(f"{root}/replicas/r2/log_pointer")[0]) >= 12
+    finally:
+        r2.stop()
+        r1.stop()
+
+
+def test_a_replica_down_past_the_kept_log_is_marked_lost_and_clones_on_return(tmp_path, keeper_hosts, kazoo, table):
+    settings = f"{CLEAN_FAST}, max_replicated_logs_to_keep = 4"
+    r1, r2 = Replica(tmp_path, keeper_hosts, "r1").start(), Replica(tmp_path, keeper_hosts, "r2").start()
+    root = zk_path(table)
+    try:
+        for replica in (r1, r2):
+            replica.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k {settings}")
+        r1.query(f"INSERT INTO {table} VALUES (100)")
+        r2.query(f"SYSTEM SYNC REPLICA {table}")
+        r2.stop()
+        wait_until(lambda: not kazoo.exists(f"{root}/replicas/r2/is_active"), 30, "r2 inactive")
+        behind = int(kazoo.get(f"{root}/replicas/r2/log_pointer")[0])
+        for i in range(12):
+            r1.query(f"INSERT INTO {table} VALUES ({i})")
+        # Without the mark, r2's pointer would hold every entry after it in the log.
+        wait_until(lambda: kazoo.get(f"{root}/replicas/r2/is_lost")[0] == b"1", 30, "r2 marked lost")
+        wait_until(lambda: len(kazoo.get_children(f"{root}/log")) <= 4, 30, "the log cleaned past r2")
+        oldest = min(int(e.split("-")[1]) for e in kazoo.get_children(f"{root}/log"))
+        assert oldest > behind
+
+        r2.start()
+        r2.query(f"SYSTEM SYNC REPLICA {table}")
+        wait_until(lambda: kazoo.get(f"{root}/replicas/r2/is_lost")[0] == b"0", 30, "r2 no longer lost")
+        assert "lost replica" in r2.log_path.read_text()
+        r2.query(f"SYSTEM SYNC REPLICA {table}")
+        expected = sorted([str(i) for i in range(12)] + ["100"], key=int)
+        assert sorted(r2.query(f"SELECT k FROM {table}").split(), key=int) == expected
+        wait_until(lambda: active_parts(r2, table) == active_parts(r1, table), 30, "the same parts on both")
+        assert int(kazoo.get(f"{root}/replicas/r2/log_pointer")[0]) > oldest
+    finally:
+        r2.stop()
+        r1.stop()
+
+
+def test_at_start_unexpected_local_parts_are_detached_and_missing_ones_fetched(tmp_path, keeper_hosts, table):
+    r1, r2 = Replica(tmp_path, keeper_hosts, "r1").start(), Replica(tmp_path, keeper_hosts, "r2").start()
+    try:
+        for replica in (r1, r2):
+            replica.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k")
+        for i in range(3):
+            r1.query(f"INSERT INTO {table} VALUES ({i})")
+        r2.query(f"SYSTEM SYNC REPLICA {table}")
+        wait_until(lambda: active_parts(r2, table) == active_parts(r1, table), 30, "the same parts on both")
+        parts = active_parts(r1, table)
+        r1.stop()
+        table_dir = r1.path / "data" / "default" / table
+        # One part gone from the disk, and one the coordinator never heard of.
+        shutil.rmtree(table_dir / parts[0])
+        shutil.copytree(table_dir / parts[-1], table_dir / "all_90_90_0")
+
+        r1.start()
+        r1.query(f"SYSTEM SYNC REPLICA {table}")
+        wait_until(lambda: active_parts(r1, table) == parts, 30, "the missing part fetched back")
+        assert (table_dir / "detached" / "unexpected_all_90_90_0").is_dir()
+        assert not (table_dir / "all_90_90_0").exists()
+        assert sorted(r1.query(f"SELECT k FROM {table}").split()) == ["0", "1", "2"]
+        assert "local parts checked against the coordinator" in r1.log_path.read_text()
     finally:
         r2.stop()
         r1.stop()

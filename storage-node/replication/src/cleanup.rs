@@ -3,7 +3,9 @@
 //! ClickHouse's cleanup thread does:
 //!
 //! - log entries every replica has copied into its queue go, but the newest
-//!   `min_replicated_logs_to_keep` stay;
+//!   `min_replicated_logs_to_keep` stay; an inactive replica more than
+//!   `max_replicated_logs_to_keep` entries behind is marked lost (`is_lost` = 1) and no longer
+//!   holds the log back: it clones a healthy replica when it comes back;
 //! - deduplication nodes under `blocks/` go once they are neither among the newest
 //!   `replicated_deduplication_window` nor younger than `replicated_deduplication_window_seconds`
 //!   before the newest one.
@@ -14,6 +16,7 @@ use coordinator_client::{Keeper, KeeperError, SequentialLog};
 use mergestream_engine::settings::TableSettings;
 
 use crate::layout::ReplicaPaths;
+use tracing::warn;
 
 /// How many deletes one `multi` carries.
 const DELETES_PER_MULTI: usize = 100;
@@ -56,19 +59,56 @@ async fn clean_log(k: &Keeper, paths: &ReplicaPaths, settings: &TableSettings) -
     let log = SequentialLog::new(&log_dir, "log-");
     let names = k.children(&log_dir).await?;
     let sequences: Vec<u64> = names.iter().filter_map(|n| log.sequence_of(n).ok()).collect();
+    let Some(&newest) = sequences.iter().max() else { return Ok(0) };
+    // Entries older than these are kept for no replica that is not active.
+    let kept_from = (newest + 1).saturating_sub(settings.max_replicated_logs_to_keep);
     let mut pointers = Vec::new();
     for replica in k.children(&paths.replicas()).await? {
         let other = ReplicaPaths { table: paths.table.clone(), replica };
-        match k.get(&other.of_replica("log_pointer")).await? {
-            Some(v) => pointers.push(String::from_utf8_lossy(&v.data).trim().parse::<u64>().unwrap_or(0)),
+        let Some(node) = k.get(&other.of_replica("log_pointer")).await? else {
             // A replica still being made: it starts from the log's beginning, keep everything.
-            None => return Ok(0),
+            return Ok(0);
+        };
+        if k.get(&other.of_replica("is_lost")).await?.is_some_and(|v| v.data == b"1") {
+            continue;
         }
+        let pointer = String::from_utf8_lossy(&node.data).trim().parse::<u64>().unwrap_or(0);
+        if pointer < kept_from && mark_lost(k, &other, node.version).await? {
+            continue;
+        }
+        pointers.push(pointer);
     }
     let cut = log_cut(&sequences, &pointers, settings.min_replicated_logs_to_keep);
     let old: Vec<String> =
         names.iter().filter(|n| log.sequence_of(n).is_ok_and(|s| s < cut)).map(|n| format!("{log_dir}/{n}")).collect();
     delete_all(k, &old).await
+}
+
+/// Marks an inactive replica that fell behind the kept log as lost (ClickHouse's
+/// `markReplicasActive`'s counterpart in its cleanup), guarded by its pointer's version: one
+/// that pulled meanwhile is not lost. An active replica is never marked: the log waits for it.
+async fn mark_lost(k: &Keeper, replica: &ReplicaPaths, pointer_version: i32) -> Result<bool, KeeperError> {
+    if k.get(&replica.of_replica("is_active")).await?.is_some() {
+        return Ok(false);
+    }
+    let txn = k.txn().check(&replica.of_replica("log_pointer"), pointer_version).set(
+        &replica.of_replica("is_lost"),
+        b"1",
+        None,
+    );
+    match txn.commit().await {
+        Ok(_) => {
+            warn!(
+                table = replica.table,
+                replica = replica.replica,
+                "the replica fell behind the kept log: marked lost"
+            );
+            metrics::counter!("mergestream_replication_replicas_marked_lost_total").increment(1);
+            Ok(true)
+        }
+        Err(e) if e.is_bad_version() || e.is_no_node() => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The blocks to remove: `(name, ctime in ms)` past both the count and the time window.

@@ -14,6 +14,7 @@ pub mod control;
 pub mod fetch;
 pub mod layout;
 pub mod macros;
+pub mod part_check;
 pub mod queue;
 pub mod quorum;
 pub mod register;

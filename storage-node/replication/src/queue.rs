@@ -18,6 +18,7 @@ use crate::cleanup::{self, BlockTimes, Cleaned};
 use crate::clone;
 use crate::fetch::{fetch_part, PartHeader, ReplicaAddress};
 use crate::layout::ReplicaPaths;
+use crate::part_check::{self, Checked};
 use crate::session::CoordinatorSession;
 
 /// A log entry as the queue needs it.
@@ -121,6 +122,8 @@ pub struct ReplicationQueue {
     /// When the leader cleans the log and blocks next (`None`: not scheduled yet).
     next_cleanup: Mutex<Option<Instant>>,
     block_times: tokio::sync::Mutex<BlockTimes>,
+    /// Whether the local parts were checked against the coordinator since the start.
+    parts_checked: AtomicBool,
 }
 
 pub(crate) fn now_secs() -> i64 {
@@ -152,6 +155,7 @@ impl ReplicationQueue {
             active_session: AtomicI64::new(0),
             next_cleanup: Mutex::new(None),
             block_times: tokio::sync::Mutex::new(BlockTimes::default()),
+            parts_checked: AtomicBool::new(false),
         });
         runtime.spawn(queue.clone().run(Arc::downgrade(table)));
         queue
@@ -236,6 +240,22 @@ impl ReplicationQueue {
             let has_part = |name: &str| PartName::parse(name).is_some_and(|n| table.has_part_or_covering(&n));
             crate::quorum::update_for_parts_here(&k, &self.paths, has_part).await?;
         }
+        let lost = match clone::lost_version(&k, &self.paths).await {
+            Ok(lost) => lost,
+            Err(e) => return Err(self.lost(e).await),
+        };
+        if let Some(version) = lost {
+            // A clone sets the parts right itself.
+            if clone::clone_lost(&k, &self.paths, table, version).await? {
+                self.parts_checked.store(true, Ordering::SeqCst);
+            }
+        } else if !self.parts_checked.load(Ordering::SeqCst) {
+            let checked = part_check::check_parts(&k, &self.paths, table).await?;
+            if checked != Checked::default() {
+                info!(table = self.paths.table, ?checked, "local parts checked against the coordinator");
+            }
+            self.parts_checked.store(true, Ordering::SeqCst);
+        }
         let pulled = self.pull_log(&k).await?;
         self.last_queue_update.store(now_secs(), Ordering::SeqCst);
         self.last_queue_update_exception.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -319,6 +339,12 @@ impl ReplicationQueue {
     /// Copies the entries after the log pointer into this replica's queue (all but its own
     /// inserts' parts, which it has) and moves the pointer, in one multi.
     pub(crate) async fn pull_log(&self, k: &Keeper) -> Result<bool> {
+        // A lost replica's pointer may point into entries cleaned away: it is cloned instead.
+        match clone::lost_version(k, &self.paths).await {
+            Ok(Some(_)) => return Ok(false),
+            Ok(None) => {}
+            Err(e) => return Err(self.lost(e).await),
+        }
         let pointer_path = self.paths.of_replica("log_pointer");
         let (text, version) = match k.get(&pointer_path).await {
             Ok(Some(v)) => (String::from_utf8_lossy(&v.data).trim().to_string(), v.version),
@@ -504,6 +530,9 @@ impl ReplicationQueue {
                 info!(part = %result, ms = started.elapsed().as_millis() as u64, "merged as the log says");
             } else if let Some(reason) = self.fetches_postponed(&result) {
                 return Ok(Ran::Postponed(reason));
+            } else if let Some(reason) = self.source_on_its_way(k, table, &sources, &result, queue_entry).await? {
+                // Merged here once the source arrives, as ClickHouse waits: not fetched.
+                return Ok(Ran::Postponed(reason));
             } else {
                 self.fetch_from_some_replica(k, table, entry, &result).await?;
             }
@@ -529,6 +558,44 @@ impl ReplicationQueue {
             Ok(_) => Ok(Ran::Done),
             Err(e) => Err(self.lost(e).await),
         }
+    }
+
+    /// Why a merge waits: a source it lacks is brought by an earlier entry of this queue
+    /// (a `GET_PART` still running), which ClickHouse waits for rather than fetching the
+    /// merged part. `None` when no earlier entry brings a missing source.
+    async fn source_on_its_way(
+        &self,
+        k: &Keeper,
+        table: &Table,
+        sources: &[PartName],
+        result: &PartName,
+        queue_entry: &str,
+    ) -> Result<Option<String>> {
+        let missing: Vec<&PartName> = sources.iter().filter(|p| table.active_part(&p.to_string()).is_none()).collect();
+        let queue_dir = self.paths.of_replica("queue");
+        let this = queue_entry.rsplit('/').next().unwrap_or_default();
+        let mut names = match k.children(&queue_dir).await {
+            Ok(names) => names,
+            Err(e) => return Err(self.lost(e).await),
+        };
+        names.retain(|n| n.as_str() < this);
+        for name in names {
+            let text = match k.get(&format!("{queue_dir}/{name}")).await {
+                Ok(Some(v)) => String::from_utf8_lossy(&v.data).into_owned(),
+                Ok(None) => continue,
+                Err(e) => return Err(self.lost(e).await),
+            };
+            let Some(earlier) = LogEntry::parse(&text).and_then(|e| PartName::parse(&e.new_part_name)) else {
+                continue;
+            };
+            if let Some(source) = missing.iter().find(|m| **m == &earlier) {
+                return Ok(Some(format!(
+                    "Not executing log entry {this} of type MERGE_PARTS for part {result} because part {source} is \
+                     not ready yet (log entry for that part is being processed)."
+                )));
+            }
+        }
+        Ok(None)
     }
 
     async fn remove_entry(&self, k: &Keeper, queue_entry: &str) -> Result<()> {

@@ -89,4 +89,23 @@ impl Table {
         metrics::counter!("mergestream_engine_parts_fetched_total").increment(1);
         Ok(())
     }
+
+    /// Takes an active part out of the table into `detached/<reason>_<name>`, where it stays
+    /// for a person to look at (ClickHouse's detach reasons: `clone`, `unexpected`, …).
+    /// Whether the part was active here.
+    pub fn detach_part(&self, name: &PartName, reason: &str) -> Result<bool> {
+        let part = {
+            let mut state = self.lock_state();
+            let Some(at) = state.active.iter().position(|p| p.name == *name) else { return Ok(false) };
+            state.active.remove(at)
+        };
+        let detached = self.dir.join(crate::part::DETACHED_DIR);
+        std::fs::create_dir_all(&detached).map_err(EngineError::io(&detached))?;
+        let target = detached.join(format!("{reason}_{name}"));
+        // Readers that hold the part keep their open files; a new read no longer sees it.
+        std::fs::rename(&part.dir, &target).map_err(EngineError::io(&target))?;
+        crate::part::sync_dir(&self.dir)?;
+        tracing::info!(table = %self.def.name, part = %name, to = %target.display(), "detached a part");
+        Ok(true)
+    }
 }
