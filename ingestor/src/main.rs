@@ -32,9 +32,10 @@ enum Command {
 struct RunArgs {
     #[arg(long)]
     pipeline: PathBuf,
-    /// The storage node's gRPC address.
-    #[arg(long, default_value = "127.0.0.1:9100")]
-    storage_node: String,
+    /// The storage node's gRPC address; for replicated tables, each replica's (repeated, or
+    /// comma-separated): a block whose node is out of reach goes to the next.
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:9100")]
+    storage_node: Vec<String>,
     /// The coordinator (or ZooKeeper) hosts, host:port[,host:port…].
     #[arg(long, default_value = "127.0.0.1:2181")]
     coordinator: String,
@@ -98,7 +99,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         format!("{host}-{}", std::process::id())
     });
     let options = RunOptions {
-        storage_node: args.storage_node,
+        storage_nodes: args.storage_node,
         coordinator: args.coordinator,
         instance,
         session_timeout: Duration::from_millis(args.session_timeout_ms),

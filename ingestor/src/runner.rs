@@ -33,7 +33,8 @@ use crate::source::{Batch, DeadLetter, PartitionKey, Source, BEGINNING};
 /// How `ingestor run` reaches the rest of the system.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    pub storage_node: String,
+    /// The storage nodes: one, or the replicas of the pipeline's replicated tables.
+    pub storage_nodes: Vec<String>,
     pub coordinator: String,
     /// This instance's name in lock nodes (defaults to host and pid).
     pub instance: String,
@@ -188,12 +189,12 @@ impl<S: Source> Runner<S> {
         // synced, a coordinator session, the broker's metadata through librdkafka's first
         // connections), made at once: they were half of a start.
         let tables_created = async {
-            let storage = StorageNode::connect(&options.storage_node, Duration::from_secs(60))
+            let storage = StorageNode::connect(&options.storage_nodes, Duration::from_secs(60))
                 .await?
                 .with_policy(&pipeline.insert);
             let mut tables = Vec::new();
             for target in &pipeline.tables {
-                let schema = storage.create_table(&target.ddl).await?;
+                let schema = storage.create_table(&target.name, &target.ddl).await?;
                 let decoder = RowDecoder::new(target, payloads.projection())
                     .map_err(|message| IngestError::Table { table: target.name.clone(), message })?;
                 tables.push(Arc::new(TableSink { name: target.name.clone(), decoder, schema }));

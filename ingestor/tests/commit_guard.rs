@@ -101,8 +101,12 @@ async fn only_the_holder_of_the_offset_version_commits() {
         grpc_port,
     );
     let addr = format!("127.0.0.1:{grpc_port}");
-    let storage = StorageNode::connect(&addr, Duration::from_secs(30)).await.expect("storage node");
-    storage.create_table("CREATE TABLE t (id UInt64, who String) ENGINE = MergeTree ORDER BY id").await.expect("table");
+    let storage =
+        StorageNode::connect(std::slice::from_ref(&addr), Duration::from_secs(30)).await.expect("storage node");
+    storage
+        .create_table("t", "CREATE TABLE t (id UInt64, who String) ENGINE = MergeTree ORDER BY id")
+        .await
+        .expect("table");
     let owner = Ownership::connect(&hosts, Duration::from_secs(4), "guard", "test").await.expect("coordinator");
     let position = owner.position("t", "topic", 0).await.expect("offset node");
     assert_eq!((position.next, position.version), (BEGINNING, 0));

@@ -172,7 +172,9 @@ class StorageNode(Process):
 class Ingestor(Process):
     def __init__(self, workdir: Path, pipeline: Path, storage: StorageNode, coordinator_hosts, name="ingestor",
                  session_timeout_ms=3000, metrics_port=None):
-        args = [str(INGESTOR_BIN), "run", "--pipeline", str(pipeline), "--storage-node", storage.addr,
+        # Several storage nodes (the replicas of replicated tables): the first one takes blocks first.
+        addrs = ",".join(s.addr for s in storage) if isinstance(storage, (list, tuple)) else storage.addr
+        args = [str(INGESTOR_BIN), "run", "--pipeline", str(pipeline), "--storage-node", addrs,
                 "--coordinator", coordinator_hosts, "--instance", name,
                 "--session-timeout-ms", str(session_timeout_ms)]
         if metrics_port:

@@ -178,3 +178,48 @@ def test_a_quorum_pipeline_waits_for_its_replicas_and_loses_nothing(tmp_path, br
     finally:
         r1.kill()
         r2.kill()
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_replicas_killed_under_load_lose_and_duplicate_nothing(tmp_path, broker, keeper, kazoo, topic, seed):
+    """Two ingestors write through two replicas (`--storage-node r1,r2` and `r2,r1`); replicas
+    are SIGKILLed and started again while messages stream in. Blocks whose node is gone go to
+    the other replica with the same token and offset version: every message is on both
+    replicas once."""
+    n = 10_000
+    ports = {name: free_port() for name in ("r1", "r2")}
+    r1, r2 = (quorum_replica(tmp_path, keeper, name, ports[name]).start() for name in ("r1", "r2"))
+    table = f"repfo{seed}"
+    try:
+        broker.create_topic(topic, PARTITIONS)
+        pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=ENGINE, settings=KEEP_LOG)
+        a = Ingestor(tmp_path, pipeline, [r1, r2], keeper.hosts, name="a").start()
+        wait_for_rows(r1, table, 0)
+
+        def produce():
+            for chunk in range(1, 10):
+                broker.produce(topic, messages(range(chunk * 1000, (chunk + 1) * 1000)))
+                time.sleep(0.3)
+
+        # r1 first, while the first messages flow, so that `a` must fail over; then either.
+        broker.produce(topic, messages(range(1000)))
+        r1.kill()
+        wait_for_rows(r2, table, 1000)
+        r1.start()
+        # `a` holds every partition so far: only a failover let its blocks in.
+        b = Ingestor(tmp_path, pipeline, [r2, r1], keeper.hosts, name="b").start()
+        kill_and_restart_while_producing(produce, {"r1": r1, "r2": r2}, seed=seed, rounds=4)
+        for replica in (r1, r2):
+            replica.query(f"SYSTEM SYNC REPLICA {table}")
+            wait_for_rows(replica, table, n, timeout=180)
+        time.sleep(2)  # late duplicates, if there were any, would land now
+        for replica in (r1, r2):
+            replica.query(f"SYSTEM SYNC REPLICA {table}")
+            assert table_state(replica, table) == (n, n, sum(i * 3 for i in range(n)))
+        for ingestor in (a, b):
+            assert ingestor.terminate() == 0, ingestor.output()
+        assert "blocks go to the next replica" in a.output()
+        assert sum(offsets(kazoo, table, table, topic).values()) == n
+    finally:
+        r1.kill()
+        r2.kill()
