@@ -6,14 +6,30 @@ from kazoo.client import KazooClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
 
-from services import CoordinatorNode, ZooKeeper  # noqa: E402
+from services import ZooKeeper, leader_of, start_cluster  # noqa: E402
+
+
+class CoordinatorCluster:
+    """Three `coordinator serve` nodes: the replicas get all three hosts, as ZooKeeper clients do."""
+
+    def __init__(self, base):
+        self.nodes = start_cluster(base, size=3)
+        leader_of(self.nodes)
+
+    @property
+    def hosts(self):
+        return ",".join(n.hosts for n in self.nodes)
+
+    def stop(self):
+        for node in self.nodes:
+            node.stop()
 
 
 @pytest.fixture(scope="session")
 def our_coordinator(tmp_path_factory):
-    node = CoordinatorNode(1, tmp_path_factory.mktemp("coordinator") / "node1").start()
-    yield node
-    node.stop()
+    cluster = CoordinatorCluster(tmp_path_factory.mktemp("coordinator"))
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +41,8 @@ def apache_zookeeper(tmp_path_factory):
 
 @pytest.fixture(params=["coordinator", "zookeeper"])
 def keeper_hosts(request):
-    """The replicated tables' Keeper: our coordinator, and Apache ZooKeeper 3.8 as ClickHouse allows."""
+    """The replicated tables' Keeper: our coordinator as a three-node cluster, and Apache ZooKeeper 3.8
+    as ClickHouse allows."""
     server = request.getfixturevalue("our_coordinator" if request.param == "coordinator" else "apache_zookeeper")
     return server.hosts
 
