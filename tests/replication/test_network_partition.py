@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 from replicas import STORAGE_BIN, Process, free_port, port_open, wait_until
+from services import COORDINATOR_BIN
 
 PATH = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
-COORDINATOR_BIN = STORAGE_BIN.parent / "coordinator"
 
 
 def sh(*args):
