@@ -114,68 +114,69 @@ def start_coordinator(tmp_path):
     return coordinator, port
 
 
-def test_a_replica_cut_off_goes_read_only_and_both_sides_hold_every_block_once(tmp_path, namespace):
+@pytest.fixture
+def pair(tmp_path, namespace):
+    """The coordinator's port, r1 on the host and r2 in the namespace, both started."""
     coordinator, coordinator_port = start_coordinator(tmp_path)
     r1 = Node(tmp_path, "r1", namespace.host_ip, f"{namespace.host_ip}:{coordinator_port}")
     r2 = Node(tmp_path, "r2", namespace.ns_ip, f"{namespace.host_ip}:{coordinator_port}", netns=namespace.name)
-    table = "cut"
     try:
         r1.start()
         r2.start()
-        for node in (r1, r2):
-            node.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k")
-        for i in range(5):
-            (r1, r2)[i % 2].query(f"INSERT INTO {table} VALUES ({i})")
-        r2.query(f"SYSTEM SYNC REPLICA {table}")
-        assert count(r2, table) == 5
-
-        namespace.cut_off(except_port=r2.grpc_port)
-        for i in range(5, 15):
-            r1.query(f"INSERT INTO {table} VALUES ({i})")
-        # Once its session has expired, r2 knows it is alone: read-only, reads still served.
-        wait_until(lambda: "TABLE_IS_READ_ONLY" in r2.run(f"INSERT INTO {table} VALUES (100)")[2], 60,
-                   "r2 read-only")
-        assert count(r2, table) == 5
-        assert count(r1, table) == 15
-
-        namespace.heal()
-        wait_until(lambda: r2.run(f"INSERT INTO {table} VALUES (100)")[0] == 0, 60, "r2 takes inserts again")
-        for i in range(101, 104):
-            r2.query(f"INSERT INTO {table} VALUES ({i})")
-        for node in (r1, r2):
-            wait_until(lambda: node.run(f"SYSTEM SYNC REPLICA {table}")[0] == 0, 60, "synced")
-        expected = sorted([*range(15), 100, 101, 102, 103])
-        for node in (r1, r2):
-            assert sorted(int(k) for k in node.query(f"SELECT k FROM {table}").split()) == expected
+        yield coordinator_port, r1, r2
     finally:
         r1.kill()
         r2.kill()
         coordinator.kill()
 
 
-def test_replicas_cut_from_each_other_take_inserts_on_both_sides_and_converge(tmp_path, namespace):
+def create(table, *nodes):
+    for node in nodes:
+        node.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k")
+
+
+def test_a_replica_cut_off_goes_read_only_and_both_sides_hold_every_block_once(pair, namespace):
+    coordinator_port, r1, r2 = pair
+    table = "cut"
+    create(table, r1, r2)
+    for i in range(5):
+        (r1, r2)[i % 2].query(f"INSERT INTO {table} VALUES ({i})")
+    r2.query(f"SYSTEM SYNC REPLICA {table}")
+    assert count(r2, table) == 5
+
+    namespace.cut_off(except_port=r2.grpc_port)
+    for i in range(5, 15):
+        r1.query(f"INSERT INTO {table} VALUES ({i})")
+    # Once its session has expired, r2 knows it is alone: read-only, reads still served.
+    wait_until(lambda: "TABLE_IS_READ_ONLY" in r2.run(f"INSERT INTO {table} VALUES (100)")[2], 60,
+               "r2 read-only")
+    assert count(r2, table) == 5
+    assert count(r1, table) == 15
+
+    namespace.heal()
+    wait_until(lambda: r2.run(f"INSERT INTO {table} VALUES (100)")[0] == 0, 60, "r2 takes inserts again")
+    for i in range(101, 104):
+        r2.query(f"INSERT INTO {table} VALUES ({i})")
+    for node in (r1, r2):
+        wait_until(lambda: node.run(f"SYSTEM SYNC REPLICA {table}")[0] == 0, 60, "synced")
+    expected = sorted([*range(15), 100, 101, 102, 103])
+    for node in (r1, r2):
+        assert sorted(int(k) for k in node.query(f"SELECT k FROM {table}").split()) == expected
+
+
+def test_replicas_cut_from_each_other_take_inserts_on_both_sides_and_converge(pair, namespace):
     """Only the replicas are cut from each other: both keep the coordinator, both take inserts,
     neither can fetch the other's parts until the partition heals."""
-    coordinator, coordinator_port = start_coordinator(tmp_path)
-    r1 = Node(tmp_path, "r1", namespace.host_ip, f"{namespace.host_ip}:{coordinator_port}")
-    r2 = Node(tmp_path, "r2", namespace.ns_ip, f"{namespace.host_ip}:{coordinator_port}", netns=namespace.name)
+    coordinator_port, r1, r2 = pair
     table = "split"
-    try:
-        r1.start()
-        r2.start()
-        for node in (r1, r2):
-            node.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k")
-        namespace.cut_off(except_port=r2.grpc_port, and_to=coordinator_port)
-        for i in range(10):
-            (r1, r2)[i % 2].query(f"INSERT INTO {table} VALUES ({i})")
-        # Committed on the cluster, but each replica holds only its own parts.
-        assert sorted(int(k) for k in r1.query(f"SELECT k FROM {table}").split()) == [0, 2, 4, 6, 8]
-        assert sorted(int(k) for k in r2.query(f"SELECT k FROM {table}").split()) == [1, 3, 5, 7, 9]
-        namespace.heal()
-        for node in (r1, r2):
-            wait_until(lambda: node.run(f"SYSTEM SYNC REPLICA {table}")[0] == 0, 60, "synced")
-            assert sorted(int(k) for k in node.query(f"SELECT k FROM {table}").split()) == list(range(10))
-    finally:
-        r1.kill()
-        r2.kill()
-        coordinator.kill()
+    create(table, r1, r2)
+    namespace.cut_off(except_port=r2.grpc_port, and_to=coordinator_port)
+    for i in range(10):
+        (r1, r2)[i % 2].query(f"INSERT INTO {table} VALUES ({i})")
+    # Committed on the cluster, but each replica holds only its own parts.
+    assert sorted(int(k) for k in r1.query(f"SELECT k FROM {table}").split()) == [0, 2, 4, 6, 8]
+    assert sorted(int(k) for k in r2.query(f"SELECT k FROM {table}").split()) == [1, 3, 5, 7, 9]
+    namespace.heal()
+    for node in (r1, r2):
+        wait_until(lambda: node.run(f"SYSTEM SYNC REPLICA {table}")[0] == 0, 60, "synced")
+        assert sorted(int(k) for k in node.query(f"SELECT k FROM {table}").split()) == list(range(10))

@@ -166,6 +166,11 @@ impl PartCommitter for ReplicatedCommitter {
                 Some(q) => quorum::required(&k, &self.paths, q).await?,
                 None => 0,
             };
+            // Read once for the whole commit: each part's quorum checks the same node.
+            let opening = match quorum.filter(|_| required > 1) {
+                Some(q) => Some((q.parallel, quorum::active_version(&k, &self.paths).await?)),
+                None => None,
+            };
             let mut duplicates: Vec<usize> = Vec::new();
             loop {
                 // Per part: the log entry, the part's node, the block's dedup node and the end
@@ -192,10 +197,10 @@ impl PartCommitter for ReplicatedCommitter {
                         txn = txn.create(&self.paths.block(id), part.name.to_string().as_bytes(), NodeKind::Persistent);
                     }
                     txn = txn.delete(&lock, None);
-                    if let Some(q) = quorum.filter(|_| required > 1) {
+                    if let Some((parallel, active_version)) = opening {
                         let name = part.name.to_string();
                         let (with_quorum, index) =
-                            quorum::open_ops(&k, txn, &self.paths, &name, required, q.parallel).await?;
+                            quorum::open_ops(txn, &self.paths, &name, required, parallel, active_version);
                         quorum_ops.push(index);
                         txn = with_quorum;
                     }

@@ -244,10 +244,13 @@ impl ReplicationQueue {
             Ok(lost) => lost,
             Err(e) => return Err(self.lost(e).await),
         };
+        let mut still_lost = false;
         if let Some(version) = lost {
             // A clone sets the parts right itself.
             if clone::clone_lost(&k, &self.paths, table, version).await? {
                 self.parts_checked.store(true, Ordering::SeqCst);
+            } else {
+                still_lost = true;
             }
         } else if !self.parts_checked.load(Ordering::SeqCst) {
             let checked = part_check::check_parts(&k, &self.paths, table).await?;
@@ -256,7 +259,7 @@ impl ReplicationQueue {
             }
             self.parts_checked.store(true, Ordering::SeqCst);
         }
-        let pulled = self.pull_log(&k).await?;
+        let pulled = !still_lost && self.pull_new_entries(&k).await?;
         self.last_queue_update.store(now_secs(), Ordering::SeqCst);
         self.last_queue_update_exception.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let executed = !self.execution_stopped.load(Ordering::SeqCst) && self.execute(&k, table).await?;
@@ -341,10 +344,14 @@ impl ReplicationQueue {
     pub(crate) async fn pull_log(&self, k: &Keeper) -> Result<bool> {
         // A lost replica's pointer may point into entries cleaned away: it is cloned instead.
         match clone::lost_version(k, &self.paths).await {
-            Ok(Some(_)) => return Ok(false),
-            Ok(None) => {}
-            Err(e) => return Err(self.lost(e).await),
+            Ok(Some(_)) => Ok(false),
+            Ok(None) => self.pull_new_entries(k).await,
+            Err(e) => Err(self.lost(e).await),
         }
+    }
+
+    /// [`pull_log`](Self::pull_log) for a replica known not to be lost.
+    async fn pull_new_entries(&self, k: &Keeper) -> Result<bool> {
         let pointer_path = self.paths.of_replica("log_pointer");
         let (text, version) = match k.get(&pointer_path).await {
             Ok(Some(v)) => (String::from_utf8_lossy(&v.data).trim().to_string(), v.version),

@@ -144,30 +144,35 @@ pub async fn check(k: &Keeper, paths: &ReplicaPaths, quorum: &Quorum) -> Result<
     Ok(())
 }
 
-/// The ops that open the quorum of `part` in the insert's commit, with a check that this
-/// replica's `is_active` node is the one of this session (a replica re-made meanwhile must
-/// not open a quorum it will not see through). Returns the index of the quorum node's create.
-pub async fn open_ops<'a>(
-    k: &Keeper,
+/// The version of this replica's `is_active` node if it is this session's: what a quorum
+/// insert's commit checks, so that a replica re-made meanwhile does not open a quorum it will
+/// not see through.
+pub async fn active_version(k: &Keeper, paths: &ReplicaPaths) -> Result<i32> {
+    k.get(&paths.of_replica("is_active"))
+        .await
+        .map_err(keeper_error)?
+        .filter(|node| node.stat.ephemeral_owner == k.session_id())
+        .map(|node| node.version)
+        .ok_or_else(|| error("READONLY", "Replica is not active right now".into()))
+}
+
+/// The ops that open the quorum of `part` in the insert's commit, with the check of
+/// `is_active` at [`active_version`]. Returns the index of the quorum node's create.
+pub fn open_ops<'a>(
     txn: Txn<'a>,
     paths: &ReplicaPaths,
     part: &str,
     required: u64,
     parallel: bool,
-) -> Result<(Txn<'a>, usize)> {
-    let active = k
-        .get(&paths.of_replica("is_active"))
-        .await
-        .map_err(keeper_error)?
-        .filter(|node| node.stat.ephemeral_owner == k.session_id())
-        .ok_or_else(|| error("READONLY", "Replica is not active right now".into()))?;
+    active_version: i32,
+) -> (Txn<'a>, usize) {
     let entry = QuorumEntry { part_name: part.to_string(), required, replicas: [paths.replica.clone()].into() };
     let path = if parallel { parallel_path(paths, part) } else { status_path(paths) };
     let index = txn.len();
     let txn = txn
         .create(&path, entry.to_text().as_bytes(), coordinator_client::NodeKind::Persistent)
-        .check(&paths.of_replica("is_active"), active.version);
-    Ok((txn, index))
+        .check(&paths.of_replica("is_active"), active_version);
+    (txn, index)
 }
 
 /// Waits until the quorum of each of `parts` and of the parts that the blocks `duplicate_ids`
