@@ -3,10 +3,12 @@
 //! replicate anything itself; the replication crate implements [`ReplicaControl`] and the
 //! catalog's committer factory hands it out per table.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::commit::BoxFuture;
 use crate::error::Result;
+use crate::table::{OptimizeRequest, Table};
 
 /// One replica of one table, as `system.replicas` shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -79,6 +81,28 @@ pub enum SyncMode {
     Pull,
 }
 
+/// Whose execution an OPTIMIZE of a replicated table waits for: ClickHouse's `alter_sync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFor {
+    /// 0: the merge is in the log, nothing more.
+    Nobody,
+    /// 1 (the default): this replica has run it.
+    ThisReplica,
+    /// 2: every replica has.
+    AllReplicas,
+}
+
+/// How an OPTIMIZE of a replicated table waits for its merges.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicatedWait {
+    pub wait_for: WaitFor,
+    /// For this replica and the active ones (`receive_timeout`): TIMEOUT_EXCEEDED past it.
+    pub timeout: Duration,
+    /// For an inactive replica (`replication_wait_for_inactive_replica_timeout`); `None` waits
+    /// as long as it takes. UNFINISHED past it.
+    pub inactive_timeout: Option<Duration>,
+}
+
 pub trait ReplicaControl: Send + Sync {
     fn status(&self) -> BoxFuture<'_, Result<ReplicaStatus>>;
 
@@ -99,6 +123,16 @@ pub trait ReplicaControl: Send + Sync {
     /// `SYSTEM RESTART REPLICA`: forgets the queue's retry state, registers the replica as
     /// active again and runs the queue now.
     fn restart(&self) -> BoxFuture<'_, Result<()>>;
+
+    /// `OPTIMIZE` of a replicated table: the merges written to the shared log as `MERGE_PARTS`
+    /// entries that every replica runs, after this replica has caught up with the log, then
+    /// waited for as `wait` says.
+    fn optimize<'a>(
+        &'a self,
+        table: &'a Arc<Table>,
+        request: &'a OptimizeRequest,
+        wait: ReplicatedWait,
+    ) -> BoxFuture<'a, Result<()>>;
 
     /// `select_sequential_consistency`: per partition, the highest block number a read of
     /// `table` may see (nothing newer than an open quorum; REPLICA_IS_NOT_IN_QUORUM when a

@@ -34,6 +34,13 @@ pub struct TableSettings {
     pub cleanup_delay_period: u64,
     /// Up to this many seconds more, at random, so replicas do not clean in step.
     pub cleanup_delay_period_random_add: u64,
+    /// A replica fetches a merged part from one that has it instead of merging, when the
+    /// merge's log entry is at least this many seconds old and its sources at least
+    /// `prefer_fetch_merged_part_size_threshold` bytes.
+    pub prefer_fetch_merged_part_time_threshold: u64,
+    pub prefer_fetch_merged_part_size_threshold: u64,
+    /// This replica never merges: it fetches every merged part.
+    pub always_fetch_merged_part: bool,
 }
 
 impl Default for TableSettings {
@@ -55,6 +62,9 @@ impl Default for TableSettings {
             min_replicated_logs_to_keep: 10,
             cleanup_delay_period: 30,
             cleanup_delay_period_random_add: 10,
+            prefer_fetch_merged_part_time_threshold: 3600,
+            prefer_fetch_merged_part_size_threshold: 10 * 1024 * 1024 * 1024,
+            always_fetch_merged_part: false,
         }
     }
 }
@@ -106,6 +116,9 @@ impl TableSettings {
             "min_replicated_logs_to_keep" => self.min_replicated_logs_to_keep = uint(value)?,
             "cleanup_delay_period" => self.cleanup_delay_period = uint(value)?,
             "cleanup_delay_period_random_add" => self.cleanup_delay_period_random_add = uint(value)?,
+            "prefer_fetch_merged_part_time_threshold" => self.prefer_fetch_merged_part_time_threshold = uint(value)?,
+            "prefer_fetch_merged_part_size_threshold" => self.prefer_fetch_merged_part_size_threshold = uint(value)?,
+            "always_fetch_merged_part" => self.always_fetch_merged_part = flag(value)?,
             other => return Err(EngineError::UnknownSetting(other.to_string())),
         }
         Ok(())

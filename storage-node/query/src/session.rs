@@ -12,7 +12,7 @@ use datafusion::execution::FunctionRegistry;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use mergestream_engine::catalog::DATABASE;
 use mergestream_engine::commit::{Quorum, QuorumSize};
-use mergestream_engine::replica::ReplicaControl;
+use mergestream_engine::replica::{ReplicaControl, ReplicatedWait, WaitFor};
 use mergestream_engine::table::insert::InsertSummary;
 use mergestream_engine::{Catalog, EngineError, InsertOptions, OptimizeRequest, Table};
 
@@ -47,7 +47,13 @@ const KNOWN_SETTINGS: &[&str] = &[
     "insert_quorum_timeout",
     "insert_quorum_parallel",
     "select_sequential_consistency",
+    "alter_sync",
+    "replication_alter_partitions_sync",
+    "replication_wait_for_inactive_replica_timeout",
 ];
+
+/// ClickHouse's `replication_wait_for_inactive_replica_timeout` default, in seconds.
+const DEFAULT_INACTIVE_REPLICA_TIMEOUT_SECS: i64 = 120;
 
 /// ClickHouse's `insert_quorum_timeout` default, in milliseconds.
 const DEFAULT_INSERT_QUORUM_TIMEOUT_MS: u64 = 600_000;
@@ -222,9 +228,14 @@ impl Session {
                 let table = self.catalog.table(&table)?;
                 let request =
                     OptimizeRequest { partition_id: partition.map(|p| partition_id(&p)), final_merge, cleanup };
-                let handle = table.clone();
-                blocking(move || handle.optimize(&request)).await?;
-                self.catalog.schedule_merges(&table);
+                match self.catalog.replica(table.name()) {
+                    Some(replica) => replica.optimize(&table, &request, self.replicated_wait()?).await?,
+                    None => {
+                        let handle = table.clone();
+                        blocking(move || handle.optimize(&request)).await?;
+                        self.catalog.schedule_merges(&table);
+                    }
+                }
             }
             Statement::SystemMerges { table, stop } => {
                 let tables = match table {
@@ -306,6 +317,34 @@ impl Session {
             Some(v) => return Err(QueryError::Invalid(format!("insert_quorum_parallel must be 0 or 1, got '{v}'"))),
         };
         Ok(Some(Quorum { size, timeout: Duration::from_millis(timeout_ms), parallel }))
+    }
+
+    /// How an OPTIMIZE of a replicated table waits: `alter_sync` (or its old name
+    /// `replication_alter_partitions_sync`), `receive_timeout` and
+    /// `replication_wait_for_inactive_replica_timeout`.
+    fn replicated_wait(&self) -> Result<ReplicatedWait> {
+        let sync = self.setting(&[], "alter_sync").or_else(|| self.setting(&[], "replication_alter_partitions_sync"));
+        let wait_for = match sync.as_deref().map(str::trim) {
+            None | Some("1") => WaitFor::ThisReplica,
+            Some("0") => WaitFor::Nobody,
+            // 3 (active replicas only) is SharedMergeTree's; ReplicatedMergeTree treats it as 2.
+            Some("2") | Some("3") => WaitFor::AllReplicas,
+            Some(v) => return Err(QueryError::Invalid(format!("alter_sync must be 0, 1, 2 or 3, got '{v}'"))),
+        };
+        let inactive = match self.setting(&[], "replication_wait_for_inactive_replica_timeout") {
+            None => DEFAULT_INACTIVE_REPLICA_TIMEOUT_SECS,
+            Some(v) => v.trim().parse().map_err(|_| {
+                QueryError::Invalid(format!(
+                    "replication_wait_for_inactive_replica_timeout must be a whole number of seconds, got '{v}'"
+                ))
+            })?,
+        };
+        Ok(ReplicatedWait {
+            wait_for,
+            timeout: self.receive_timeout()?,
+            // Negative: as long as it takes.
+            inactive_timeout: u64::try_from(inactive).ok().map(Duration::from_secs),
+        })
     }
 
     fn receive_timeout(&self) -> Result<Duration> {

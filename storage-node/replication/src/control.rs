@@ -4,13 +4,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coordinator_client::{Keeper, KeeperError, SequentialLog};
 use mergestream_engine::commit::BoxFuture;
 use mergestream_engine::part::name::PartName;
-use mergestream_engine::replica::{CoordinatorNode, QueueEntryStatus, ReplicaControl, ReplicaStatus, SyncMode};
-use mergestream_engine::{EngineError, Result, Table};
+use mergestream_engine::replica::{
+    CoordinatorNode, QueueEntryStatus, ReplicaControl, ReplicaStatus, ReplicatedWait, SyncMode,
+};
+use mergestream_engine::{EngineError, OptimizeRequest, Result, Table};
 
 use crate::layout::ReplicaPaths;
 use crate::queue::{now_secs, LogEntry, ReplicationQueue};
@@ -23,13 +26,14 @@ fn coordinator_error(e: KeeperError) -> EngineError {
 }
 
 /// A queued entry as the coordinator holds it.
-struct Queued {
-    node_name: String,
-    entry: Option<LogEntry>,
+pub(crate) struct Queued {
+    pub node_name: String,
+    /// `None` for a kind this node does not read.
+    pub entry: Option<LogEntry>,
 }
 
 impl ReplicationQueue {
-    async fn session(&self) -> Result<Keeper> {
+    pub(crate) async fn session(&self) -> Result<Keeper> {
         self.session.keeper().await.map_err(|e| EngineError::Replication {
             code: "TABLE_IS_READ_ONLY",
             message: format!("Table is in readonly mode: no coordinator session for {} ({e})", self.paths.table),
@@ -37,7 +41,7 @@ impl ReplicationQueue {
     }
 
     /// The entries of `replicas/<name>/queue`, in execution order.
-    async fn queued(&self, k: &Keeper) -> Result<Vec<Queued>> {
+    pub(crate) async fn queued(&self, k: &Keeper) -> Result<Vec<Queued>> {
         let dir = self.paths.of_replica("queue");
         let mut names = k.children(&dir).await.map_err(coordinator_error)?;
         names.sort();
@@ -154,7 +158,7 @@ impl ReplicationQueue {
         Ok(())
     }
 
-    async fn sync_replica(&self, mode: SyncMode, timeout: Duration) -> Result<()> {
+    pub(crate) async fn sync_replica(&self, mode: SyncMode, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let table = self.paths.table.clone();
         let timed_out = move || EngineError::Replication {
@@ -223,14 +227,7 @@ impl ReplicaControl for ReplicationQueue {
                 .enumerate()
                 .map(|(position, q)| {
                     let t = tries.get(&q.node_name).cloned().unwrap_or_default();
-                    let entry = q.entry.unwrap_or_else(|| LogEntry {
-                        kind: "UNKNOWN",
-                        source_replica: String::new(),
-                        new_part_name: String::new(),
-                        parts_to_merge: Vec::new(),
-                        create_time: 0,
-                        quorum: 0,
-                    });
+                    let entry = q.entry.unwrap_or_else(|| LogEntry { kind: "UNKNOWN", ..LogEntry::default() });
                     QueueEntryStatus {
                         position: position as u32,
                         node_name: q.node_name,
@@ -272,6 +269,15 @@ impl ReplicaControl for ReplicationQueue {
             self.forget_tries();
             Ok(())
         })
+    }
+
+    fn optimize<'a>(
+        &'a self,
+        table: &'a Arc<Table>,
+        request: &'a OptimizeRequest,
+        wait: ReplicatedWait,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.optimize_replicated(table, request, wait))
     }
 
     fn visible_blocks<'a>(&'a self, table: &'a Table) -> BoxFuture<'a, Result<BTreeMap<String, i64>>> {

@@ -14,6 +14,8 @@ pub mod control;
 pub mod fetch;
 pub mod layout;
 pub mod macros;
+pub mod merges;
+pub mod optimize;
 pub mod part_check;
 pub mod queue;
 pub mod quorum;

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use coordinator_client::{Keeper, KeeperError, NodeKind, SequentialLog};
+use mergestream_engine::merge::AlgorithmOptions;
 use mergestream_engine::part::name::PartName;
 use mergestream_engine::{EngineError, Result, Table};
 use tokio::sync::Notify;
@@ -18,11 +19,12 @@ use crate::cleanup::{self, BlockTimes, Cleaned};
 use crate::clone;
 use crate::fetch::{fetch_part, PartHeader, ReplicaAddress};
 use crate::layout::ReplicaPaths;
+use crate::merges::Assigned;
 use crate::part_check::{self, Checked};
 use crate::session::CoordinatorSession;
 
 /// A log entry as the queue needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogEntry {
     /// `GET_PART` or `MERGE_PARTS`.
     pub kind: &'static str,
@@ -34,6 +36,8 @@ pub struct LogEntry {
     pub create_time: i64,
     /// A quorum insert's part: how many replicas its insert waits for (0: no quorum).
     pub quorum: u64,
+    /// A merge of OPTIMIZE … FINAL CLEANUP: ReplacingMergeTree's tombstones are dropped.
+    pub cleanup: bool,
 }
 
 impl LogEntry {
@@ -46,6 +50,7 @@ impl LogEntry {
             .and_then(|t| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok())
             .map_or(0, |t| t.and_utc().timestamp());
         let quorum = text.lines().find_map(|l| l.strip_prefix("quorum: ")).and_then(|q| q.parse().ok()).unwrap_or(0);
+        let cleanup = text.lines().any(|l| l == "cleanup: 1");
         let mut lines = text.lines().skip_while(|l| *l != "get" && *l != "merge");
         let entry = match lines.next()? {
             "get" => LogEntry {
@@ -55,6 +60,7 @@ impl LogEntry {
                 parts_to_merge: Vec::new(),
                 create_time,
                 quorum,
+                cleanup,
             },
             _ => {
                 let parts_to_merge: Vec<String> =
@@ -63,24 +69,20 @@ impl LogEntry {
                 if parts_to_merge.is_empty() || parts_to_merge.iter().any(|p| PartName::parse(p).is_none()) {
                     return None;
                 }
-                LogEntry { kind: "MERGE_PARTS", source_replica, new_part_name, parts_to_merge, create_time, quorum }
+                LogEntry {
+                    kind: "MERGE_PARTS",
+                    source_replica,
+                    new_part_name,
+                    parts_to_merge,
+                    create_time,
+                    quorum,
+                    cleanup,
+                }
             }
         };
         PartName::parse(&entry.new_part_name)?;
         Some(entry)
     }
-}
-
-/// A `MERGE_PARTS` entry, in ClickHouse's text format.
-pub fn merge_parts_entry(source_replica: &str, sources: &[PartName], result: &PartName) -> String {
-    let created = chrono::Utc::now().format("%Y-%m-%d %H:%M:%S");
-    let mut text =
-        format!("format version: 4\ncreate_time: {created}\nsource replica: {source_replica}\nblock_id: \nmerge\n");
-    for source in sources {
-        text.push_str(&format!("{source}\n"));
-    }
-    text.push_str(&format!("into\n{result}\ndeduplicate: 0\n"));
-    text
 }
 
 /// This replica's tries of one queue entry (the entry itself is in the coordinator).
@@ -124,6 +126,19 @@ pub struct ReplicationQueue {
     block_times: tokio::sync::Mutex<BlockTimes>,
     /// Whether the local parts were checked against the coordinator since the start.
     parts_checked: AtomicBool,
+}
+
+/// Whether a replica that has every source of a merge fetches the merged part instead:
+/// always with `always_fetch_merged_part`, and for a merge both old and big enough
+/// (`prefer_fetch_merged_part_time_threshold` and `_size_threshold`), as ClickHouse decides.
+fn fetch_rather_than_merge(table: &Table, entry: &LogEntry, sources: &[PartName]) -> bool {
+    let settings = &table.def().settings;
+    if settings.always_fetch_merged_part {
+        return true;
+    }
+    let age = now_secs().saturating_sub(entry.create_time).max(0) as u64;
+    let bytes: u64 = sources.iter().filter_map(|p| table.active_part(&p.to_string())).map(|p| p.bytes_on_disk).sum();
+    age >= settings.prefer_fetch_merged_part_time_threshold && bytes >= settings.prefer_fetch_merged_part_size_threshold
 }
 
 pub(crate) fn now_secs() -> i64 {
@@ -227,7 +242,7 @@ impl ReplicationQueue {
         self.session.keeper().await.map_err(|e| EngineError::Coordinator(e.to_string()))
     }
 
-    async fn lost(&self, e: KeeperError) -> EngineError {
+    pub(crate) async fn lost(&self, e: KeeperError) -> EngineError {
         self.session.forget_if_lost(&e).await;
         EngineError::Coordinator(e.to_string())
     }
@@ -527,21 +542,25 @@ impl ReplicationQueue {
         let sources: Vec<PartName> = entry.parts_to_merge.iter().filter_map(|p| PartName::parse(p)).collect();
         if !table.has_part_or_covering(&result) {
             let all_here = sources.iter().all(|p| table.active_part(&p.to_string()).is_some());
-            if all_here {
-                let t = table.clone();
-                let (merged_sources, merged) = (sources.clone(), result.clone());
-                let started = Instant::now();
-                tokio::task::spawn_blocking(move || t.merge_named(&merged_sources, &merged))
-                    .await
-                    .map_err(|e| EngineError::TaskFailed(e.to_string()))??;
-                info!(part = %result, ms = started.elapsed().as_millis() as u64, "merged as the log says");
+            let fetch_rather = all_here && fetch_rather_than_merge(table, entry, &sources);
+            if all_here && !fetch_rather {
+                self.merge_here(table, &sources, &result, entry.cleanup).await?;
             } else if let Some(reason) = self.fetches_postponed(&result) {
                 return Ok(Ran::Postponed(reason));
-            } else if let Some(reason) = self.source_on_its_way(k, table, &sources, &result, queue_entry).await? {
-                // Merged here once the source arrives, as ClickHouse waits: not fetched.
-                return Ok(Ran::Postponed(reason));
-            } else {
+            } else if !all_here {
+                if let Some(reason) = self.source_on_its_way(k, table, &sources, &result, queue_entry).await? {
+                    // Merged here once the source arrives, as ClickHouse waits: not fetched.
+                    return Ok(Ran::Postponed(reason));
+                }
                 self.fetch_from_some_replica(k, table, entry, &result).await?;
+            } else if let Err(e) = self.fetch_from_some_replica(k, table, entry, &result).await {
+                // No replica has merged it yet (or its fetch failed): merged here after all,
+                // unless this replica never merges.
+                if table.def().settings.always_fetch_merged_part {
+                    return Err(e);
+                }
+                debug!(part = %result, error = %e, "no merged part to fetch: merging here");
+                self.merge_here(table, &sources, &result, entry.cleanup).await?;
             }
         }
         let Some(part) = table.active_part(&entry.new_part_name) else {
@@ -565,6 +584,24 @@ impl ReplicationQueue {
             Ok(_) => Ok(Ran::Done),
             Err(e) => Err(self.lost(e).await),
         }
+    }
+
+    async fn merge_here(
+        &self,
+        table: &Arc<Table>,
+        sources: &[PartName],
+        result: &PartName,
+        cleanup: bool,
+    ) -> Result<()> {
+        let t = table.clone();
+        let (merged_sources, merged) = (sources.to_vec(), result.clone());
+        let options = AlgorithmOptions { cleanup, final_read: false };
+        let started = Instant::now();
+        tokio::task::spawn_blocking(move || t.merge_named(&merged_sources, &merged, options))
+            .await
+            .map_err(|e| EngineError::TaskFailed(e.to_string()))??;
+        info!(part = %result, ms = started.elapsed().as_millis() as u64, "merged as the log says");
+        Ok(())
     }
 
     /// Why a merge waits: a source it lacks is brought by an earlier entry of this queue
@@ -613,50 +650,15 @@ impl ReplicationQueue {
         }
     }
 
-    /// The replica holding `leader_election/leader` assigns merges: when its queue is empty
-    /// and it has read the whole log, the parts its selector picks are every committed part
-    /// of their range, unless an insert holds a block number inside it. Whether it wrote one.
+    /// The replica holding `leader_election/leader` assigns background merges: the parts its
+    /// selector picks, when nothing queued or being inserted falls inside their range.
+    /// Whether it wrote one.
     async fn assign_merge(&self, k: &Keeper, table: &Arc<Table>) -> Result<bool> {
         if !self.is_leader(k).await? {
             return Ok(false);
         }
         let Some(sources) = table.pick_merge() else { return Ok(false) };
-        let (Some(first), Some(last)) = (sources.first(), sources.last()) else { return Ok(false) };
-        let locks = match k.children(&self.paths.block_numbers(&first.partition_id)).await {
-            Ok(locks) => locks,
-            Err(e) if e.is_no_node() => Vec::new(),
-            Err(e) => return Err(self.lost(e).await),
-        };
-        let inside = locks
-            .iter()
-            .filter_map(|l| l.rsplit_once('-').and_then(|(_, n)| n.parse::<u64>().ok()))
-            .any(|b| b >= first.min_block && b <= last.max_block);
-        if inside {
-            return Ok(false);
-        }
-        // Read after the locks: an insert that committed since is in the log by now.
-        let queued = match k.children(&self.paths.of_replica("queue")).await {
-            Ok(queued) => queued,
-            Err(e) => return Err(self.lost(e).await),
-        };
-        if !queued.is_empty() || self.pull_log(k).await? {
-            return Ok(false);
-        }
-        let result = PartName {
-            partition_id: first.partition_id.clone(),
-            min_block: first.min_block,
-            max_block: last.max_block,
-            level: sources.iter().map(|p| p.level).max().unwrap_or(0) + 1,
-        };
-        let text = merge_parts_entry(&self.paths.replica, &sources, &result);
-        match k.create(&self.paths.log_entry_prefix(), text.as_bytes(), NodeKind::PersistentSequential).await {
-            Ok(_) => {
-                info!(table = self.paths.table, part = %result, sources = sources.len(), "assigned a merge");
-                metrics::counter!("mergestream_replication_merges_assigned_total").increment(1);
-                Ok(true)
-            }
-            Err(e) => Err(self.lost(e).await),
-        }
+        Ok(matches!(self.try_assign_merge(k, &sources, false).await?, Assigned::Written(_)))
     }
 
     /// Whether this replica holds the leader node (taking it if it is free).
@@ -762,23 +764,13 @@ mod tests {
                 parts_to_merge: vec![],
                 create_time: 1_796_529_600,
                 quorum: 0,
+                cleanup: false,
             }
         );
         let with_quorum = format!("{text}quorum: 2\n");
         assert_eq!(LogEntry::parse(&with_quorum).map(|e| e.quorum), Some(2));
         assert_eq!(LogEntry::parse("format version: 4\nsource replica: r1\nmerge\nall_0_1_1\n"), None);
         assert_eq!(LogEntry::parse("format version: 4\nsource replica: r1\nattach\nall_0_1_1\n"), None);
-    }
-
-    #[test]
-    fn a_merge_entry_round_trips() {
-        let sources: Vec<PartName> = ["all_0_0_0", "all_1_1_0"].iter().filter_map(|p| PartName::parse(p)).collect();
-        let result = PartName::parse("all_0_1_1").expect("name");
-        let entry = LogEntry::parse(&merge_parts_entry("r2", &sources, &result)).expect("entry");
-        assert_eq!(entry.kind, "MERGE_PARTS");
-        assert_eq!(entry.source_replica, "r2");
-        assert_eq!(entry.parts_to_merge, ["all_0_0_0", "all_1_1_0"]);
-        assert_eq!(entry.new_part_name, "all_0_1_1");
     }
 
     #[test]

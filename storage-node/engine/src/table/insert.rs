@@ -658,8 +658,10 @@ impl Table {
         let mut activated = Vec::with_capacity(committed.parts.len());
         let mut failed = None;
         for (index, ReservedPart { part, commit }) in committed.parts.into_iter().enumerate() {
-            self.release_block(&commit.reservation);
+            // The block stays held until its part is active: a merge chosen in between would
+            // otherwise see neither and take a range with a hole where this part goes.
             if committed.outcome.duplicates.contains(&index) {
+                self.release_block(&commit.reservation);
                 debug!(table = %self.def.name, dedup_id = commit.reservation.dedup_id, "insert deduplicated");
                 part.abort();
                 summary.deduplicated += 1;
@@ -667,6 +669,7 @@ impl Table {
                 continue;
             }
             if failed.is_some() {
+                self.release_block(&commit.reservation);
                 part.abort();
                 self.committer.release(&commit.reservation);
                 continue;
@@ -674,11 +677,13 @@ impl Table {
             match part.commit(commit.name.clone()) {
                 Ok(part) => {
                     self.activate(part);
+                    self.release_block(&commit.reservation);
                     summary.parts.push(commit.name.to_string());
                     metrics::counter!("mergestream_engine_parts_inserted_total").increment(1);
                     activated.push(commit);
                 }
                 Err(e) => {
+                    self.release_block(&commit.reservation);
                     self.committer.release(&commit.reservation);
                     failed = Some(e);
                 }

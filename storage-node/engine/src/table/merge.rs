@@ -57,9 +57,26 @@ impl Table {
         self.choose_merge(&state).map(|parts| parts.iter().map(|p| p.name.clone()).collect())
     }
 
+    /// The merge OPTIMIZE FINAL asks of one partition of a replicated table: every active part
+    /// of it. `None` while a merge holds one of them or an insert holds a block number below
+    /// the partition's last (the merged range would skip it): ask again once that is over.
+    pub fn pick_partition_merge(&self, partition_id: &str) -> Result<Option<Vec<PartName>>> {
+        let state = self.lock_state();
+        if state.merges_stopped {
+            return Err(EngineError::BadOptimize {
+                table: self.def.name.clone(),
+                message: "Cancelled merging parts".into(),
+            });
+        }
+        if partition_busy(&state, partition_id) {
+            return Ok(None);
+        }
+        Ok(Some(state.active.iter().filter(|p| p.name.partition_id == partition_id).map(|p| p.name.clone()).collect()))
+    }
+
     /// Runs a merge a replicated log entry names: `sources`, active here and merging nowhere,
     /// into `result`. Every replica runs the same algorithm over the same parts.
-    pub fn merge_named(&self, sources: &[PartName], result: &PartName) -> Result<()> {
+    pub fn merge_named(&self, sources: &[PartName], result: &PartName, options: AlgorithmOptions) -> Result<()> {
         let parts = {
             let mut state = self.lock_state();
             let mut parts = Vec::with_capacity(sources.len());
@@ -79,7 +96,7 @@ impl Table {
             }
             parts
         };
-        let merged = self.run_merge(parts, AlgorithmOptions::default())?;
+        let merged = self.run_merge(parts, options)?;
         if merged != *result {
             tracing::error!(table = %self.def.name, %merged, %result, "a replicated merge made another part than its entry names");
         }
@@ -198,15 +215,10 @@ impl Table {
         Ok(part)
     }
 
-    /// `OPTIMIZE TABLE`: without FINAL one selected merge; with FINAL every partition (or the
-    /// given one) merged into one part, a single part rewritten too, as ClickHouse does.
-    pub fn optimize(&self, request: &OptimizeRequest) -> Result<()> {
+    /// Whether `request` is an OPTIMIZE this table can run: CLEANUP only on a
+    /// ReplacingMergeTree that allows it, as ClickHouse checks before any merge.
+    pub fn check_optimize(&self, request: &OptimizeRequest) -> Result<()> {
         let bad = |message: &str| EngineError::BadOptimize { table: self.def.name.clone(), message: message.into() };
-        if self.def.replication.is_some() {
-            return Err(bad(
-                "OPTIMIZE of a replicated table is not supported yet: its merges go through the replicated log",
-            ));
-        }
         if request.cleanup {
             if !matches!(self.def.engine, EngineKind::ReplacingMergeTree { .. }) {
                 return Err(bad("Cannot OPTIMIZE with CLEANUP table: only ReplacingMergeTree can be CLEANUP"));
@@ -215,20 +227,47 @@ impl Table {
                 return Err(bad("Experimental merges with CLEANUP are not allowed"));
             }
         }
+        Ok(())
+    }
+
+    /// An OPTIMIZE without FINAL while merges are stopped: ClickHouse's error when there is
+    /// something to merge, nothing otherwise.
+    pub fn refuse_stopped_merge(&self) -> Result<()> {
+        let parts = self.snapshot();
+        let mergeable = parts.windows(2).any(|w| w[0].name.partition_id == w[1].name.partition_id);
+        if mergeable {
+            return Err(EngineError::BadOptimize {
+                table: self.def.name.clone(),
+                message: "Cancelled merging parts".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The partitions an OPTIMIZE FINAL merges: the one it names, or every one with a part.
+    pub fn optimize_partitions(&self, request: &OptimizeRequest) -> Vec<String> {
+        let mut ids: Vec<String> = self.snapshot().iter().map(|p| p.name.partition_id.clone()).collect();
+        ids.dedup();
+        ids.into_iter().filter(|id| request.partition_id.as_ref().is_none_or(|want| want == id)).collect()
+    }
+
+    /// `OPTIMIZE TABLE`: without FINAL one selected merge; with FINAL every partition (or the
+    /// given one) merged into one part, a single part rewritten too, as ClickHouse does.
+    /// A replicated table's OPTIMIZE goes through its replication queue instead.
+    pub fn optimize(&self, request: &OptimizeRequest) -> Result<()> {
+        let bad = |message: &str| EngineError::BadOptimize { table: self.def.name.clone(), message: message.into() };
+        if self.def.replication.is_some() {
+            return Err(bad("a replicated table merges through its replicated log, not on one replica alone"));
+        }
+        self.check_optimize(request)?;
         if !request.final_merge {
             if self.merges_stopped() {
-                let parts = self.snapshot();
-                let mergeable = parts.windows(2).any(|w| w[0].name.partition_id == w[1].name.partition_id);
-                return if mergeable { Err(bad("Cancelled merging parts")) } else { Ok(()) };
+                return self.refuse_stopped_merge();
             }
             return self.merge_once().map(|_| ());
         }
         let options = AlgorithmOptions { cleanup: request.cleanup, final_read: false };
-        let partitions: Vec<String> = {
-            let mut ids: Vec<String> = self.snapshot().iter().map(|p| p.name.partition_id.clone()).collect();
-            ids.dedup();
-            ids.into_iter().filter(|id| request.partition_id.as_ref().is_none_or(|want| want == id)).collect()
-        };
+        let partitions = self.optimize_partitions(request);
         for partition_id in partitions {
             let parts = self.take_partition_for_merge(&partition_id)?;
             if !parts.is_empty() {
@@ -248,23 +287,7 @@ impl Table {
                     message: "Cancelled merging parts".into(),
                 });
             }
-            let busy =
-                state.active.iter().any(|p| p.name.partition_id == partition_id && state.merging.contains(&p.name));
-            // A block still being inserted below the partition's last one would end up inside
-            // the merged part's range: wait for that insert to land.
-            let last_block = state
-                .active
-                .iter()
-                .filter(|p| p.name.partition_id == partition_id)
-                .map(|p| p.name.max_block)
-                .max()
-                .unwrap_or(0);
-            let inserting = state
-                .reserved_blocks
-                .range((partition_id.to_string(), 0)..(partition_id.to_string(), last_block))
-                .next()
-                .is_some();
-            if !busy && !inserting {
+            if !partition_busy(&state, partition_id) {
                 break;
             }
             state = self.merge_done.wait(state).unwrap_or_else(|p| p.into_inner());
@@ -276,6 +299,17 @@ impl Table {
         }
         Ok(parts)
     }
+}
+
+/// Whether a merge holds a part of the partition, or an insert a block number below its last
+/// part's (a merge of the whole partition now would end up with that block inside its range).
+fn partition_busy(state: &super::TableState, partition_id: &str) -> bool {
+    let in_partition = || state.active.iter().filter(|p| p.name.partition_id == partition_id);
+    if in_partition().any(|p| state.merging.contains(&p.name)) {
+        return true;
+    }
+    let last_block = in_partition().map(|p| p.name.max_block).max().unwrap_or(0);
+    state.reserved_blocks.range((partition_id.to_string(), 0)..(partition_id.to_string(), last_block)).next().is_some()
 }
 
 impl Table {
