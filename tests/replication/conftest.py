@@ -8,6 +8,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
 
 from services import ZooKeeper, leader_of, start_cluster  # noqa: E402
 
+from replicas import Replica  # noqa: E402
+
 
 class CoordinatorCluster:
     """Three `coordinator serve` nodes: the replicas get all three hosts, as ZooKeeper clients do."""
@@ -54,3 +56,12 @@ def kazoo(keeper_hosts):
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture
+def replicas(tmp_path, keeper_hosts):
+    """Two storage nodes, r1 and r2, as replicas over the Keeper; no table yet."""
+    started = [Replica(tmp_path, keeper_hosts, name).start() for name in ("r1", "r2")]
+    yield started
+    for replica in started:
+        replica.stop()

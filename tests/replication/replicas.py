@@ -9,6 +9,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingestor"))
 from ingest_services import STORAGE_BIN, Process, free_port, port_open, wait_until  # noqa: E402,F401
 
 
+# The engine arguments of every test table: ClickHouse's default layout, macros expanded per replica.
+PATH = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
+
+
+def zk_path(table):
+    """The coordinator path of a test table (shard 01, database default)."""
+    return f"/clickhouse/tables/01/default/{table}"
+
+
+def active_parts(replica, table):
+    return replica.query(f"SELECT name FROM system.parts WHERE table = '{table}' AND active ORDER BY name").split()
+
+
 class Replica(Process):
     """`storage-node serve --coordinator … --replica NAME --macro shard=…`."""
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from replicas import STORAGE_BIN, Replica, wait_until
+from replicas import STORAGE_BIN, wait_until, zk_path
 
 _tables = itertools.count()
 
@@ -18,21 +18,9 @@ def table():
     return f"events_{next(_tables)}"
 
 
-@pytest.fixture
-def replicas(tmp_path, keeper_hosts):
-    started = [Replica(tmp_path, keeper_hosts, name).start() for name in ("r1", "r2")]
-    yield started
-    for replica in started:
-        replica.stop()
-
-
 def create(replica, table, engine="ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')",
            order_by="k", columns="k UInt64, v String"):
     return replica.run(f"CREATE TABLE {table} ({columns}) ENGINE = {engine} ORDER BY {order_by}")
-
-
-def zk_path(table):
-    return f"/clickhouse/tables/01/default/{table}"
 
 
 def test_the_table_and_each_replica_are_laid_out_as_clickhouse_does(replicas, kazoo, table):

@@ -10,31 +10,14 @@ import threading
 
 import pytest
 
-from replicas import Replica, wait_until
+from replicas import PATH, active_parts, wait_until, zk_path
 
 _tables = itertools.count()
-PATH = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
 
 
 @pytest.fixture
 def table():
     return f"ro_{next(_tables)}"
-
-
-@pytest.fixture
-def replicas(tmp_path, keeper_hosts):
-    started = [Replica(tmp_path, keeper_hosts, name).start() for name in ("r1", "r2")]
-    yield started
-    for replica in started:
-        replica.stop()
-
-
-def zk_path(table):
-    return f"/clickhouse/tables/01/default/{table}"
-
-
-def active_parts(replica, table):
-    return replica.query(f"SELECT name FROM system.parts WHERE table = '{table}' AND active ORDER BY name").split()
 
 
 def part_bytes(replica, table, part):

@@ -65,7 +65,7 @@ fn read_only(paths: &ReplicaPaths, e: &KeeperError) -> EngineError {
 }
 
 /// The block number a sequential create gave: the digits after the last `-`.
-fn sequence_number(path: &str) -> Option<u64> {
+pub(crate) fn sequence_number(path: &str) -> Option<u64> {
     path.rsplit_once('-').and_then(|(_, digits)| digits.parse().ok())
 }
 

@@ -21,7 +21,7 @@ use crate::queue::{now_secs, LogEntry, ReplicationQueue};
 /// How often SYNC REPLICA looks at the queue again.
 const SYNC_POLL: Duration = Duration::from_millis(50);
 
-fn coordinator_error(e: KeeperError) -> EngineError {
+pub(crate) fn coordinator_error(e: KeeperError) -> EngineError {
     EngineError::Coordinator(e.to_string())
 }
 

@@ -9,6 +9,7 @@ use mergestream_engine::part::name::PartName;
 use mergestream_engine::{EngineError, Result};
 use tracing::info;
 
+use crate::committer::sequence_number;
 use crate::queue::ReplicationQueue;
 
 /// A `MERGE_PARTS` entry, in ClickHouse's text format.
@@ -72,10 +73,8 @@ impl ReplicationQueue {
             Err(e) if e.is_no_node() => Vec::new(),
             Err(e) => return Err(self.lost(e).await),
         };
-        let inserting = locks
-            .iter()
-            .filter_map(|l| l.rsplit_once('-').and_then(|(_, n)| n.parse::<u64>().ok()))
-            .find(|b| *b >= result.min_block && *b <= result.max_block);
+        let inserting =
+            locks.iter().filter_map(|l| sequence_number(l)).find(|b| *b >= result.min_block && *b <= result.max_block);
         if let Some(block) = inserting {
             return Ok(Assigned::NotReady(format!(
                 "block {block} of partition {} is being inserted",

@@ -10,6 +10,7 @@ use mergestream_engine::part::name::PartName;
 use mergestream_engine::replica::{ReplicatedWait, SyncMode, WaitFor};
 use mergestream_engine::{EngineError, OptimizeRequest, Result, Table};
 
+use crate::control::coordinator_error;
 use crate::layout::ReplicaPaths;
 use crate::merges::Assigned;
 use crate::queue::ReplicationQueue;
@@ -109,8 +110,7 @@ impl ReplicationQueue {
                 Ok(())
             }
             WaitFor::AllReplicas => {
-                let replicas =
-                    k.children(&self.paths.replicas()).await.map_err(|e| EngineError::Coordinator(e.to_string()))?;
+                let replicas = k.children(&self.paths.replicas()).await.map_err(coordinator_error)?;
                 let started = Instant::now();
                 for replica in replicas {
                     let other = ReplicaPaths { table: self.paths.table.clone(), replica };
@@ -132,23 +132,22 @@ impl ReplicationQueue {
         deadline: Instant,
         started: Instant,
     ) -> Result<()> {
-        let keeper = |e: coordinator_client::KeeperError| EngineError::Coordinator(e.to_string());
         loop {
             let listed: Vec<PartName> = match k.children(&replica.of_replica("parts")).await {
                 Ok(listed) => listed.iter().filter_map(|p| PartName::parse(p)).collect(),
                 // Dropped meanwhile: nothing to wait for.
                 Err(e) if e.is_no_node() => return Ok(()),
-                Err(e) => return Err(keeper(e)),
+                Err(e) => return Err(coordinator_error(e)),
             };
             if merges.iter().all(|m| listed.iter().any(|p| p == m || p.covers(m))) {
                 return Ok(());
             }
-            let lost = k.get(&replica.of_replica("is_lost")).await.map_err(keeper)?;
+            let lost = k.get(&replica.of_replica("is_lost")).await.map_err(coordinator_error)?;
             if lost.is_some_and(|v| v.data == b"1") {
                 // A lost replica clones what the others have when it comes back.
                 return Ok(());
             }
-            let active = k.get(&replica.of_replica("is_active")).await.map_err(keeper)?.is_some();
+            let active = k.get(&replica.of_replica("is_active")).await.map_err(coordinator_error)?.is_some();
             let now = Instant::now();
             if active && now >= deadline {
                 return Err(self.not_merged_in_time(&replica.replica));

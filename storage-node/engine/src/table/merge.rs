@@ -63,10 +63,7 @@ impl Table {
     pub fn pick_partition_merge(&self, partition_id: &str) -> Result<Option<Vec<PartName>>> {
         let state = self.lock_state();
         if state.merges_stopped {
-            return Err(EngineError::BadOptimize {
-                table: self.def.name.clone(),
-                message: "Cancelled merging parts".into(),
-            });
+            return Err(self.merges_cancelled());
         }
         if partition_busy(&state, partition_id) {
             return Ok(None);
@@ -236,12 +233,14 @@ impl Table {
         let parts = self.snapshot();
         let mergeable = parts.windows(2).any(|w| w[0].name.partition_id == w[1].name.partition_id);
         if mergeable {
-            return Err(EngineError::BadOptimize {
-                table: self.def.name.clone(),
-                message: "Cancelled merging parts".into(),
-            });
+            return Err(self.merges_cancelled());
         }
         Ok(())
+    }
+
+    /// ClickHouse's error for an OPTIMIZE that would merge while merges are stopped.
+    fn merges_cancelled(&self) -> EngineError {
+        EngineError::BadOptimize { table: self.def.name.clone(), message: "Cancelled merging parts".into() }
     }
 
     /// The partitions an OPTIMIZE FINAL merges: the one it names, or every one with a part.
@@ -282,10 +281,7 @@ impl Table {
         let mut state = self.lock_state();
         loop {
             if state.merges_stopped {
-                return Err(EngineError::BadOptimize {
-                    table: self.def.name.clone(),
-                    message: "Cancelled merging parts".into(),
-                });
+                return Err(self.merges_cancelled());
             }
             if !partition_busy(&state, partition_id) {
                 break;
