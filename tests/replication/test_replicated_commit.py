@@ -162,3 +162,49 @@ def test_a_node_without_a_coordinator_refuses_replicated_tables(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "needs a coordinator" in out.stderr, out.stderr
     assert not (tmp_path / "data" / "data" / "default" / "t").exists()
+
+
+def test_a_second_server_with_the_same_replica_stays_read_only_until_the_first_is_gone(
+        tmp_path, replicas, keeper_hosts, kazoo, table):
+    """A copy of r1's data directory started as another server (its own identity) under the
+    same replica name finds r1's is_active: it refuses inserts as read-only with ClickHouse's
+    REPLICA_IS_ALREADY_ACTIVE instead of taking the replica from r1, which goes on. Once r1 is
+    gone and its session expired, the copy takes the replica over. r1 itself, SIGKILLed and
+    started again at once, takes its replica back without waiting for its old session."""
+    import shutil
+
+    from replicas import Replica
+
+    r1, _ = replicas
+    assert create(r1, table)[0] == 0
+    r1.query(f"INSERT INTO {table} VALUES (1, 'a')")
+    is_active = f"{zk_path(table)}/replicas/r1/is_active"
+    identity = (r1.path / "uuid").read_text()
+    assert kazoo.get(is_active)[0].decode() == identity
+
+    r1.kill()
+    r1.start()  # the old session's is_active is still there: it is r1's own, and replaced
+    r1.query(f"INSERT INTO {table} VALUES (2, 'b')")
+    r1.kill()
+    copy = Replica(tmp_path / "copy", keeper_hosts, "r1")
+    (tmp_path / "copy").mkdir()
+    shutil.copytree(r1.path, copy.path)
+    (copy.path / "uuid").unlink()  # another machine: another identity
+    r1.start()
+    r1.query(f"INSERT INTO {table} VALUES (3, 'c')")
+    copy.start()
+    try:
+        code, _, stderr = copy.run(f"INSERT INTO {table} VALUES (4, 'd')")
+        assert code != 0 and "TABLE_IS_READ_ONLY" in stderr and "REPLICA_IS_ALREADY_ACTIVE" in stderr, stderr
+        assert copy.query(f"SELECT is_readonly FROM system.replicas WHERE table = '{table}'") == "1\n"
+        assert copy.query(f"SELECT count() FROM {table}") == "2\n", "reads go on from the local parts"
+        assert kazoo.get(is_active)[0].decode() == identity, "r1 keeps its replica"
+        r1.query(f"INSERT INTO {table} VALUES (5, 'e')")
+
+        r1.kill()
+        wait_until(lambda: copy.run(f"INSERT INTO {table} VALUES (6, 'f')")[0] == 0, 60,
+                   "the copy takes the replica once r1's session expired")
+        assert kazoo.get(is_active)[0].decode() == (copy.path / "uuid").read_text()
+        assert copy.query(f"SELECT is_readonly FROM system.replicas WHERE table = '{table}'") == "0\n"
+    finally:
+        copy.stop()

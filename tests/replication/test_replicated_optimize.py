@@ -77,8 +77,11 @@ def test_alter_sync_two_waits_for_every_replica_and_zero_for_none(replicas, kazo
     r2.query(f"INSERT INTO {table} VALUES (9, 9, 'y')")
     r1.query(f"SYSTEM SYNC REPLICA {table}")
     r1.query(f"SYSTEM STOP REPLICATION QUEUES {table}")
-    # alter_sync 0: the merge is in the log, and r1 does not run it while its queue is stopped.
-    r1.query(f"SET alter_sync = 0; OPTIMIZE TABLE {table} FINAL")
+    # alter_sync 0 (as the statement's own setting): the merge is in the log, and r1 does not
+    # run it while its queue is stopped.
+    code, _, stderr = r1.run(f"OPTIMIZE TABLE {table} FINAL SETTINGS alter_sinc = 0")
+    assert code != 0 and "Unknown setting 'alter_sinc'" in stderr, stderr
+    r1.query(f"OPTIMIZE TABLE {table} FINAL SETTINGS alter_sync = 0")
     assert active_parts(r1, table) == ["all_0_3_1", "all_4_4_0"]
     queue = r1.query(f"SELECT type, new_part_name FROM system.replication_queue WHERE table = '{table}'")
     assert queue == "MERGE_PARTS\tall_0_4_2\n"
@@ -95,8 +98,8 @@ def test_alter_sync_two_gives_up_on_an_inactive_replica(replicas, table):
     r2.stop()
     wait_until(lambda: r1.query(f"SELECT active_replicas FROM system.replicas WHERE table = '{table}'") == "1\n",
                30, "r2 inactive")
-    code, _, stderr = r1.run(f"SET alter_sync = 2, replication_wait_for_inactive_replica_timeout = 1; "
-                             f"OPTIMIZE TABLE {table} FINAL")
+    code, _, stderr = r1.run(f"OPTIMIZE TABLE {table} FINAL "
+                             f"SETTINGS alter_sync = 2, replication_wait_for_inactive_replica_timeout = 1")
     assert code != 0 and "UNFINISHED" in stderr and "r2" in stderr, stderr
     # The merge itself went through: r1 has it, and r2 runs it when it comes back.
     assert active_parts(r1, table) == ["all_0_1_1"]

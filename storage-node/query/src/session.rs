@@ -224,12 +224,15 @@ impl Session {
             }
             Statement::Insert(insert) => self.insert(script, insert).await?,
             Statement::Select { start, end } => self.select(script, start, end, &mut out).await?,
-            Statement::Optimize { table, partition, final_merge, cleanup } => {
+            Statement::Optimize { table, partition, final_merge, cleanup, settings } => {
+                for (name, _) in &settings {
+                    check_setting(name)?;
+                }
                 let table = self.catalog.table(&table)?;
                 let request =
                     OptimizeRequest { partition_id: partition.map(|p| partition_id(&p)), final_merge, cleanup };
                 match self.catalog.replica(table.name()) {
-                    Some(replica) => replica.optimize(&table, &request, self.replicated_wait()?).await?,
+                    Some(replica) => replica.optimize(&table, &request, self.replicated_wait(&settings)?).await?,
                     None => {
                         let handle = table.clone();
                         blocking(move || handle.optimize(&request)).await?;
@@ -265,7 +268,7 @@ impl Session {
             }
             Statement::SyncReplica { table, mode } => {
                 let replica = self.replica_of(&table)?;
-                replica.sync(mode, self.receive_timeout()?).await?;
+                replica.sync(mode, self.receive_timeout(&[])?).await?;
             }
             Statement::RestartReplica { table } => self.replica_of(&table)?.restart().await?,
             Statement::Set { settings } => {
@@ -322,8 +325,10 @@ impl Session {
     /// How an OPTIMIZE of a replicated table waits: `alter_sync` (or its old name
     /// `replication_alter_partitions_sync`), `receive_timeout` and
     /// `replication_wait_for_inactive_replica_timeout`.
-    fn replicated_wait(&self) -> Result<ReplicatedWait> {
-        let sync = self.setting(&[], "alter_sync").or_else(|| self.setting(&[], "replication_alter_partitions_sync"));
+    fn replicated_wait(&self, overrides: &[(String, String)]) -> Result<ReplicatedWait> {
+        let sync = self
+            .setting(overrides, "alter_sync")
+            .or_else(|| self.setting(overrides, "replication_alter_partitions_sync"));
         let wait_for = match sync.as_deref().map(str::trim) {
             None | Some("1") => WaitFor::ThisReplica,
             Some("0") => WaitFor::Nobody,
@@ -331,7 +336,7 @@ impl Session {
             Some("2") | Some("3") => WaitFor::AllReplicas,
             Some(v) => return Err(QueryError::Invalid(format!("alter_sync must be 0, 1, 2 or 3, got '{v}'"))),
         };
-        let inactive = match self.setting(&[], "replication_wait_for_inactive_replica_timeout") {
+        let inactive = match self.setting(overrides, "replication_wait_for_inactive_replica_timeout") {
             None => DEFAULT_INACTIVE_REPLICA_TIMEOUT_SECS,
             Some(v) => v.trim().parse().map_err(|_| {
                 QueryError::Invalid(format!(
@@ -341,14 +346,14 @@ impl Session {
         };
         Ok(ReplicatedWait {
             wait_for,
-            timeout: self.receive_timeout()?,
+            timeout: self.receive_timeout(overrides)?,
             // Negative: as long as it takes.
             inactive_timeout: u64::try_from(inactive).ok().map(Duration::from_secs),
         })
     }
 
-    fn receive_timeout(&self) -> Result<Duration> {
-        let Some(text) = self.setting(&[], "receive_timeout") else {
+    fn receive_timeout(&self, overrides: &[(String, String)]) -> Result<Duration> {
+        let Some(text) = self.setting(overrides, "receive_timeout") else {
             return Ok(Duration::from_secs_f64(DEFAULT_RECEIVE_TIMEOUT_SECS));
         };
         match text.trim().parse::<f64>() {

@@ -11,6 +11,7 @@ use mergestream_engine::part::name::PartName;
 use mergestream_engine::{EngineError, Result};
 use tracing::{debug, warn};
 
+use crate::activation::Activation;
 use crate::layout::{self, ReplicaPaths};
 use crate::quorum;
 use crate::session::{add_extra_ops, commit_error, extra_op_versions, CoordinatorSession};
@@ -18,6 +19,8 @@ use crate::session::{add_extra_ops, commit_error, extra_op_versions, Coordinator
 pub struct ReplicatedCommitter {
     session: Arc<CoordinatorSession>,
     paths: ReplicaPaths,
+    /// An insert needs the replica active in this session (ClickHouse's read-only table).
+    activation: Arc<Activation>,
     /// `replicated_deduplication_window`: 0 turns deduplication off.
     window: u64,
     /// Where a released block number's node is deleted from (release is not async).
@@ -28,10 +31,11 @@ impl ReplicatedCommitter {
     pub fn new(
         session: Arc<CoordinatorSession>,
         paths: ReplicaPaths,
+        activation: Arc<Activation>,
         window: u64,
         runtime: tokio::runtime::Handle,
     ) -> ReplicatedCommitter {
-        ReplicatedCommitter { session, paths, window, runtime }
+        ReplicatedCommitter { session, paths, activation, window, runtime }
     }
 
     pub fn paths(&self) -> &ReplicaPaths {
@@ -41,8 +45,20 @@ impl ReplicatedCommitter {
     async fn keeper(&self) -> Result<coordinator_client::Keeper> {
         match self.session.keeper().await {
             Ok(k) => Ok(k),
-            Err(e) => Err(read_only(&self.paths, &e)),
+            Err(e) => Err(read_only(&format!("the coordinator cannot be reached for {} ({e})", self.paths.table))),
         }
+    }
+
+    /// The session, once the replica is active in it: an insert into a replica that another
+    /// server holds (or that cannot be claimed now) is refused as read-only.
+    async fn active_keeper(&self) -> Result<coordinator_client::Keeper> {
+        let k = self.keeper().await?;
+        if !self.activation.holds(k.session_id()) {
+            if let Err(e) = self.activation.ensure(&k).await {
+                return Err(read_only(&e.to_string()));
+            }
+        }
+        Ok(k)
     }
 
     async fn lost(&self, e: KeeperError) -> EngineError {
@@ -55,13 +71,10 @@ impl ReplicatedCommitter {
     }
 }
 
-/// Without a coordinator session a replicated table takes no inserts (ClickHouse's
-/// TABLE_IS_READ_ONLY); reads go on from the local parts.
-fn read_only(paths: &ReplicaPaths, e: &KeeperError) -> EngineError {
-    EngineError::Replication {
-        code: "TABLE_IS_READ_ONLY",
-        message: format!("Table is in readonly mode: the coordinator cannot be reached for {} ({e})", paths.table),
-    }
+/// Without a coordinator session, or while another server holds the replica, a replicated
+/// table takes no inserts (ClickHouse's TABLE_IS_READ_ONLY); reads go on from the local parts.
+fn read_only(why: &str) -> EngineError {
+    EngineError::Replication { code: "TABLE_IS_READ_ONLY", message: format!("Table is in readonly mode: {why}") }
 }
 
 /// The block number a sequential create gave: the digits after the last `-`.
@@ -122,7 +135,7 @@ impl ReplicatedCommitter {
 impl PartCommitter for ReplicatedCommitter {
     fn reserve<'a>(&'a self, partition_id: &'a str, dedup_id: Option<&'a str>) -> BoxFuture<'a, Result<Reserved>> {
         Box::pin(async move {
-            let k = self.keeper().await?;
+            let k = self.active_keeper().await?;
             if let Some(id) = dedup_id.filter(|_| self.window > 0) {
                 match k.get(&self.paths.block(id)).await {
                     Ok(Some(_)) => return Ok(Reserved::Duplicate),
@@ -161,7 +174,7 @@ impl PartCommitter for ReplicatedCommitter {
         quorum: Option<&'a Quorum>,
     ) -> BoxFuture<'a, Result<CommitOutcome>> {
         Box::pin(async move {
-            let k = self.keeper().await?;
+            let k = self.active_keeper().await?;
             let required = match quorum {
                 Some(q) => quorum::required(&k, &self.paths, q).await?,
                 None => 0,

@@ -75,7 +75,8 @@ impl ReplicationQueue {
     async fn read_status(&self, k: &Keeper) -> Result<ReplicaStatus> {
         let paths = &self.paths;
         let mut status = self.offline_status();
-        status.is_readonly = false;
+        // Read-only until this session holds is_active (another server may hold the replica).
+        status.is_readonly = !self.activation.holds(k.session_id());
         status.is_session_expired = false;
         status.zookeeper_exception.clear();
         status.log_max_index = self.log_max_index(k).await?.unwrap_or(0);

@@ -7,6 +7,7 @@
 //! [`register`]. Each replicated table's [`ReplicationQueue`] pulls the shared log and fetches
 //! the parts this replica lacks ([`fetch`]) from the others.
 
+pub mod activation;
 pub mod cleanup;
 pub mod clone;
 pub mod committer;
@@ -31,6 +32,7 @@ use mergestream_engine::replica::{CoordinatorNode, ReplicaControl};
 use mergestream_engine::{EngineError, Result, Table, TableDef};
 use tracing::warn;
 
+pub use activation::Activation;
 pub use committer::ReplicatedCommitter;
 pub use layout::ReplicaPaths;
 pub use queue::ReplicationQueue;
@@ -44,6 +46,9 @@ pub struct ReplicaConfig {
     /// Where other replicas reach this one, written to its `host` node.
     pub interserver_addr: Option<String>,
     pub macros: BTreeMap<String, String>,
+    /// This server's identity, written to each of its replicas' `is_active`
+    /// ([`activation::server_identity`]).
+    pub identity: String,
 }
 
 impl ReplicaConfig {
@@ -64,6 +69,9 @@ pub struct ReplicatedCommitters {
     local: LocalCommitters,
     /// The replication queue of each replicated table, by table name.
     queues: Mutex<BTreeMap<String, Arc<ReplicationQueue>>>,
+    /// Each replicated table's claim on its replica, made with its committer and handed to
+    /// its queue when the table opens.
+    activations: Mutex<BTreeMap<String, Arc<Activation>>>,
 }
 
 impl ReplicatedCommitters {
@@ -73,7 +81,14 @@ impl ReplicatedCommitters {
         runtime: tokio::runtime::Handle,
     ) -> ReplicatedCommitters {
         let local = LocalCommitters { coordination: Some(session.clone()) };
-        ReplicatedCommitters { session, config, runtime, local, queues: Mutex::new(BTreeMap::new()) }
+        ReplicatedCommitters {
+            session,
+            config,
+            runtime,
+            local,
+            queues: Mutex::new(BTreeMap::new()),
+            activations: Mutex::new(BTreeMap::new()),
+        }
     }
 
     /// The table's and this replica's paths, macros expanded.
@@ -96,6 +111,11 @@ impl ReplicatedCommitters {
         self.queues.lock().unwrap_or_else(|p| p.into_inner()).get(table).cloned()
     }
 
+    /// The `host` node's text for one of this node's replicas.
+    fn host(&self, def: &TableDef) -> String {
+        layout::host_text(self.config.interserver_addr.as_deref().unwrap_or(""), &def.name)
+    }
+
     async fn keeper(&self) -> Result<coordinator_client::Keeper> {
         self.session.keeper().await.map_err(|e| EngineError::Coordinator(e.to_string()))
     }
@@ -104,19 +124,22 @@ impl ReplicatedCommitters {
 impl CommitterFactory for ReplicatedCommitters {
     fn committer(&self, def: &TableDef, dir: &Path, found: FoundBlocks) -> Result<Arc<dyn PartCommitter>> {
         let Some(paths) = self.paths(def)? else { return self.local.committer(def, dir, found) };
-        let session = self.session.clone();
-        let active = paths.clone();
+        let activation = Arc::new(Activation::new(paths.clone(), self.config.identity.clone(), self.host(def)));
+        // Active from the start, not only at the first insert or queue step: the others see
+        // this replica as soon as its table opens.
+        let (session, claim, logged) = (self.session.clone(), activation.clone(), paths.clone());
         self.runtime.spawn(async move {
-            let marked = match session.keeper().await {
-                Ok(k) => register::mark_active(&k, &active).await,
+            let claimed = match session.keeper().await {
+                Ok(k) => claim.ensure(&k).await,
                 Err(e) => Err(EngineError::Coordinator(e.to_string())),
             };
-            if let Err(e) = marked {
-                warn!(table = active.table, replica = active.replica, error = %e, "cannot mark the replica active");
+            if let Err(e) = claimed {
+                warn!(table = logged.table, replica = logged.replica, error = %e, "cannot mark the replica active");
             }
         });
+        self.activations.lock().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), activation.clone());
         let window = def.deduplication_window();
-        Ok(Arc::new(ReplicatedCommitter::new(self.session.clone(), paths, window, self.runtime.clone())))
+        Ok(Arc::new(ReplicatedCommitter::new(self.session.clone(), paths, activation, window, self.runtime.clone())))
     }
 
     fn opened(&self, table: &Arc<Table>) {
@@ -128,22 +151,26 @@ impl CommitterFactory for ReplicatedCommitters {
                 return;
             }
         };
-        let queue = ReplicationQueue::start(table, paths, self.session.clone(), &self.runtime);
+        let activation = self.activations.lock().unwrap_or_else(|p| p.into_inner()).get(table.name()).cloned();
+        let activation = activation.unwrap_or_else(|| {
+            Arc::new(Activation::new(paths.clone(), self.config.identity.clone(), self.host(table.def())))
+        });
+        let queue = ReplicationQueue::start(table, paths, activation, self.session.clone(), &self.runtime);
         self.queues.lock().unwrap_or_else(|p| p.into_inner()).insert(table.name().to_string(), queue);
     }
 
     fn register<'a>(&'a self, def: &'a TableDef) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let Some(paths) = self.paths(def)? else { return Ok(()) };
-            let addr = self.config.interserver_addr.as_deref().unwrap_or("");
             let k = self.keeper().await?;
-            register::register_replica(&k, &paths, def, &layout::host_text(addr, &def.name)).await
+            register::register_replica(&k, &paths, def, &self.host(def)).await
         })
     }
 
     fn unregister<'a>(&'a self, def: &'a TableDef) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let Some(paths) = self.paths(def)? else { return Ok(()) };
+            self.activations.lock().unwrap_or_else(|p| p.into_inner()).remove(&def.name);
             let k = self.keeper().await?;
             register::unregister_replica(&k, &paths).await
         })

@@ -15,6 +15,7 @@ use mergestream_engine::{EngineError, Result, Table};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
+use crate::activation::Activation;
 use crate::cleanup::{self, BlockTimes, Cleaned};
 use crate::clone;
 use crate::fetch::{fetch_part, PartHeader, ReplicaAddress};
@@ -119,8 +120,11 @@ pub struct ReplicationQueue {
     /// Seconds since the epoch of the last pull of the log that went through.
     pub(crate) last_queue_update: AtomicI64,
     pub(crate) last_queue_update_exception: Mutex<String>,
-    /// The coordinator session that holds this replica's `is_active` node (0: none yet).
-    active_session: AtomicI64,
+    /// The replica's `is_active` claim, shared with the table's committer.
+    pub(crate) activation: Arc<Activation>,
+    /// The session the queue last started working in (0: none yet): a new one first
+    /// finishes the quorum updates the previous session did not get to.
+    queue_session: AtomicI64,
     /// When the leader cleans the log and blocks next (`None`: not scheduled yet).
     next_cleanup: Mutex<Option<Instant>>,
     block_times: tokio::sync::Mutex<BlockTimes>,
@@ -155,6 +159,7 @@ impl ReplicationQueue {
     pub fn start(
         table: &Arc<Table>,
         paths: ReplicaPaths,
+        activation: Arc<Activation>,
         session: Arc<CoordinatorSession>,
         runtime: &tokio::runtime::Handle,
     ) -> Arc<ReplicationQueue> {
@@ -167,7 +172,8 @@ impl ReplicationQueue {
             wake: Notify::new(),
             last_queue_update: AtomicI64::new(0),
             last_queue_update_exception: Mutex::new(String::new()),
-            active_session: AtomicI64::new(0),
+            activation,
+            queue_session: AtomicI64::new(0),
             next_cleanup: Mutex::new(None),
             block_times: tokio::sync::Mutex::new(BlockTimes::default()),
             parts_checked: AtomicBool::new(false),
@@ -184,7 +190,8 @@ impl ReplicationQueue {
     /// Forgets every entry's tries, so that failed entries run again now.
     pub(crate) fn forget_tries(&self) {
         self.lock().clear();
-        self.active_session.store(0, Ordering::SeqCst);
+        self.activation.forget();
+        self.queue_session.store(0, Ordering::SeqCst);
         self.wake.notify_one();
     }
 
@@ -250,7 +257,8 @@ impl ReplicationQueue {
     /// Pulls new log entries, then runs the queue once; whether anything moved.
     async fn step(&self, table: &Arc<Table>) -> Result<bool> {
         let k = self.keeper().await?;
-        if self.ensure_active(&k).await? {
+        self.activation.ensure(&k).await?;
+        if self.queue_session.swap(k.session_id(), Ordering::SeqCst) != k.session_id() {
             // Quorum updates the previous session did not get to.
             let has_part = |name: &str| PartName::parse(name).is_some_and(|n| table.has_part_or_covering(&n));
             crate::quorum::update_for_parts_here(&k, &self.paths, has_part).await?;
@@ -316,42 +324,6 @@ impl ReplicationQueue {
         };
         *next = Some(now + Duration::from_secs(settings.cleanup_delay_period) + Duration::from_millis(jitter));
         due
-    }
-
-    /// Makes this replica's ephemeral `is_active` node belong to the current session: after a
-    /// session was lost the old node is gone (or soon will be), so a new one is made.
-    /// Whether this session is new to the replica.
-    async fn ensure_active(&self, k: &Keeper) -> Result<bool> {
-        let session = k.session_id();
-        if self.active_session.load(Ordering::SeqCst) == session {
-            return Ok(false);
-        }
-        let path = self.paths.of_replica("is_active");
-        let current = match k.get(&path).await {
-            Ok(current) => current,
-            Err(e) => return Err(self.lost(e).await),
-        };
-        match current {
-            Some(node) if node.stat.ephemeral_owner == session => {}
-            other => {
-                // Left by an earlier session of this node that has not expired yet.
-                if let Some(node) = other {
-                    match k.delete(&path, Some(node.version)).await {
-                        Ok(()) => {}
-                        Err(e) if e.is_no_node() => {}
-                        Err(e) => return Err(self.lost(e).await),
-                    }
-                }
-                match k.create(&path, b"", NodeKind::Ephemeral).await {
-                    Ok(_) => {}
-                    Err(e) if e.is_node_exists() => {}
-                    Err(e) => return Err(self.lost(e).await),
-                }
-            }
-        }
-        info!(table = self.paths.table, replica = self.paths.replica, session, "the replica is active");
-        self.active_session.store(session, Ordering::SeqCst);
-        Ok(true)
     }
 
     /// Copies the entries after the log pointer into this replica's queue (all but its own

@@ -141,12 +141,3 @@ async fn remove_recursive(k: &Keeper, root: &str) -> Result<()> {
     }
     Ok(())
 }
-
-/// Marks the replica active for as long as its session lives (`is_active`, ephemeral).
-pub async fn mark_active(k: &Keeper, paths: &ReplicaPaths) -> Result<()> {
-    match k.create(&paths.of_replica("is_active"), b"", NodeKind::Ephemeral).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_node_exists() => Ok(()),
-        Err(e) => Err(coordinator_error(e)),
-    }
-}

@@ -222,6 +222,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                 replica: args.replica,
                 interserver_addr: args.interserver_addr,
                 macros: args.macros.into_iter().collect(),
+                identity: mergestream_replication::activation::server_identity(&args.path)
+                    .with_context(|| format!("cannot read this server's identity in {}", args.path.display()))?,
             },
             runtime.handle().clone(),
         )),

@@ -74,6 +74,8 @@ pub enum Statement {
         partition: Option<PartitionSpec>,
         final_merge: bool,
         cleanup: bool,
+        /// `SETTINGS k = v, …`: this statement's own, over the session's.
+        settings: Vec<(String, String)>,
     },
     SystemMerges {
         table: Option<String>,
@@ -243,5 +245,30 @@ fn parse_optimize(c: &mut Cursor<'_>) -> Result<Statement> {
     }
     let final_merge = c.eat_word("FINAL");
     let cleanup = c.eat_word("CLEANUP");
-    Ok(Statement::Optimize { table, partition, final_merge, cleanup })
+    let settings = if c.eat_word("SETTINGS") { parse_settings_list(c)? } else { Vec::new() };
+    Ok(Statement::Optimize { table, partition, final_merge, cleanup, settings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::lexer;
+
+    fn parse(text: &str) -> Result<Statement> {
+        let tokens = lexer::tokenize(text)?;
+        parse_statement(text, &tokens, text.len())
+    }
+
+    #[test]
+    fn optimize_takes_a_settings_clause_after_final_and_cleanup() {
+        let Statement::Optimize { table, final_merge, cleanup, settings, .. } =
+            parse("OPTIMIZE TABLE t FINAL CLEANUP SETTINGS alter_sync = 2, receive_timeout = 5").expect("parses")
+        else {
+            panic!("not an OPTIMIZE");
+        };
+        assert_eq!((table.as_str(), final_merge, cleanup), ("t", true, true));
+        let expected = [("alter_sync", "2"), ("receive_timeout", "5")].map(|(k, v)| (k.to_string(), v.to_string()));
+        assert_eq!(settings, expected);
+        assert!(parse("OPTIMIZE TABLE t SETTINGS").is_err(), "a setting must follow SETTINGS");
+    }
 }
