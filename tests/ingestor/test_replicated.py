@@ -223,3 +223,50 @@ def test_replicas_killed_under_load_lose_and_duplicate_nothing(tmp_path, broker,
     finally:
         r1.kill()
         r2.kill()
+
+
+def test_a_retried_quorum_block_found_committed_waits_for_the_quorum_of_its_part(
+        tmp_path, broker, keeper, kazoo, topic):
+    """r1 commits a quorum block (its offset moves, its quorum opens) and dies before
+    answering. The ingestor sends the block again to r2, which finds it committed: its reply
+    names the part the first attempt made, so the ingestor waits for that part's quorum as
+    the lost reply would have had it wait — not going on as if the block were safe on two
+    replicas while only r1's disk holds it."""
+    table = "repqdup"
+    root = f"/clickhouse/tables/07/default/{table}"
+    r1 = quorum_replica(tmp_path, keeper, "r1")
+    r1.env = {"MERGESTREAM_FAILPOINTS": "after-commit-before-activation"}
+    r1.start()
+    r2, r3 = (quorum_replica(tmp_path, keeper, name).start() for name in ("r2", "r3"))
+    try:
+        ddl = (f"CREATE TABLE {table} (id UInt64, v UInt64, who String, p UInt32, o UInt64) "
+               f"ENGINE = {ENGINE} ORDER BY id {KEEP_LOG}")
+        for replica in (r1, r2, r3):
+            replica.query(ddl)
+        for replica in (r2, r3):
+            replica.query(f"SYSTEM STOP FETCHES {table}")
+        broker.create_topic(topic, 1)
+        broker.produce(topic, [(0, b"k", json.dumps({"id": i, "payload": {"v": i}}).encode(), None)
+                               for i in range(300)])
+        pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=ENGINE, settings=KEEP_LOG,
+                                  batch="{ max_rows: 300, max_ms: 60000 }",
+                                  extra="insert: { quorum: 2, quorum_timeout_ms: 300 }")
+        ingestor = Ingestor(tmp_path, pipeline, [r1, r2], keeper.hosts).start()
+        wait_until(lambda: not r1.alive(), 60, "r1 died at the failpoint, after the commit")
+        assert offsets(kazoo, table, table, topic) == {0: 300}
+        wait_until(lambda: "insert quorum not yet reached" in ingestor.output(), 60, "the ingestor waits")
+        assert "all_0_0_0" in ingestor.output(), "for the quorum of the part the first attempt made"
+        assert kazoo.get_children(f"{root}/quorum/parallel") == ["all_0_0_0"]
+
+        r1.env = None
+        r1.start()  # activates its committed block; r2 and r3 fetch it, and the quorum is reached
+        for replica in (r2, r3):
+            replica.query(f"SYSTEM START FETCHES {table}")
+        wait_until(lambda: kazoo.get_children(f"{root}/quorum/parallel") == [], 60, "the quorum reached")
+        for replica in (r1, r2, r3):
+            wait_for_rows(replica, table, 300)
+            assert table_state(replica, table) == (300, 300, sum(range(300)))
+        assert ingestor.terminate() == 0, ingestor.output()
+    finally:
+        for replica in (r1, r2, r3):
+            replica.kill()

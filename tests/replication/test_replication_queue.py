@@ -169,6 +169,31 @@ def test_a_new_replica_clones_a_table_whose_log_was_cleaned(tmp_path, keeper_hos
         r1.stop()
 
 
+def test_a_clone_of_more_parts_than_one_multi_takes_queues_them_all(tmp_path, keeper_hosts, kazoo, table):
+    """230 parts (one per partition, so none merge) need more than one multi of 100 ops
+    (ClickHouse's batch): the new replica's queue is written in several, its pointer with the
+    last, and it ends with every part."""
+    parts = 230
+    r1 = Replica(tmp_path, keeper_hosts, "r1").start()
+    r2 = Replica(tmp_path, keeper_hosts, "r2")
+    ddl = f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) PARTITION BY k ORDER BY k {CLEAN_FAST}"
+    try:
+        r1.query(ddl)
+        r1.query(";\n".join(f"INSERT INTO {table} VALUES ({i})" for i in range(parts)))
+        root = zk_path(table)
+        wait_until(lambda: len(kazoo.get_children(f"{root}/log")) <= 3, 60, "the log cleaned")
+        r2.start()
+        r2.query(ddl)
+        r2.query(f"SYSTEM SYNC REPLICA {table}")
+        assert f"parts={parts}" in r2.log_path.read_text(), "cloned with every part of r1"
+        wait_until(lambda: active_parts(r2, table) == active_parts(r1, table), 60, "the same parts on both")
+        assert r2.query(f"SELECT count(), sum(k) FROM {table}") == f"{parts}\t{sum(range(parts))}\n"
+        assert kazoo.get_children(f"{root}/replicas/r2/queue") == []
+    finally:
+        r2.stop()
+        r1.stop()
+
+
 def test_a_replica_down_past_the_kept_log_is_marked_lost_and_clones_on_return(tmp_path, keeper_hosts, kazoo, table):
     settings = f"{CLEAN_FAST}, max_replicated_logs_to_keep = 4"
     r1, r2 = Replica(tmp_path, keeper_hosts, "r1").start(), Replica(tmp_path, keeper_hosts, "r2").start()
@@ -226,6 +251,42 @@ def test_at_start_unexpected_local_parts_are_detached_and_missing_ones_fetched(t
         assert not (table_dir / "all_90_90_0").exists()
         assert sorted(r1.query(f"SELECT k FROM {table}").split()) == ["0", "1", "2"]
         assert "local parts checked against the coordinator" in r1.log_path.read_text()
+    finally:
+        r2.stop()
+        r1.stop()
+
+
+def test_a_part_no_replica_has_is_replaced_by_an_empty_part_and_the_queue_goes_on(tmp_path, keeper_hosts, table):
+    """r1 alone had all_1_1_0 (r2's fetches were stopped) and lost it from its disk: no
+    replica can send it, so instead of retrying forever, blocking its range's merges, r1
+    puts an empty part in its place as ClickHouse does ("lost forever"); r2 fetches that,
+    both queues empty, and OPTIMIZE FINAL merges over the range on both."""
+    r1, r2 = Replica(tmp_path, keeper_hosts, "r1").start(), Replica(tmp_path, keeper_hosts, "r2").start()
+    try:
+        for replica in (r1, r2):
+            replica.query(f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) ORDER BY k")
+            replica.query(f"SYSTEM STOP MERGES {table}")
+        r2.query(f"SYSTEM STOP FETCHES {table}")
+        for i in range(3):
+            r1.query(f"INSERT INTO {table} VALUES ({i})")
+        assert active_parts(r1, table) == ["all_0_0_0", "all_1_1_0", "all_2_2_0"]
+        r1.stop()
+        shutil.rmtree(r1.path / "data" / "default" / table / "all_1_1_0")
+
+        r1.start()
+        wait_until(lambda: active_parts(r1, table) == ["all_0_0_0", "all_1_1_0", "all_2_2_0"], 30,
+                   "an empty part in place of the lost one")
+        assert "Part is lost forever" in r1.log_path.read_text()
+        assert r1.query(f"SELECT name, rows FROM system.parts WHERE table = '{table}' AND name = 'all_1_1_0'") \
+            == "all_1_1_0\t0\n"
+        r2.query(f"SYSTEM START FETCHES {table}")
+        r2.query(f"SYSTEM SYNC REPLICA {table}")
+        for replica in (r1, r2):
+            assert replica.query(f"SELECT count() FROM system.replication_queue WHERE table = '{table}'") == "0\n"
+            assert sorted(replica.query(f"SELECT k FROM {table}").split()) == ["0", "2"]
+            replica.query(f"SYSTEM START MERGES {table}")
+        r1.query(f"SET alter_sync = 2; OPTIMIZE TABLE {table} FINAL")
+        assert active_parts(r1, table) == active_parts(r2, table) == ["all_0_2_1"]
     finally:
         r2.stop()
         r1.stop()

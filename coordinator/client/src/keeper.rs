@@ -115,7 +115,7 @@ impl Keeper {
     /// a read and the wait.
     pub async fn wait_for_change(&self, path: &str) -> Result<(Option<zk::Stat>, zk::WatchedEvent), KeeperError> {
         let (stat, watcher) = self.client.check_and_watch_stat(path).await.map_err(KeeperError::op("watch", path))?;
-        Ok((stat, watcher.changed().await))
+        Ok((stat, crate::watch::changed(watcher, path).await))
     }
 
     /// Starts an all-or-nothing transaction.

@@ -13,6 +13,7 @@ mod lock;
 mod log;
 pub mod offset;
 mod txn;
+pub mod watch;
 
 pub use error::KeeperError;
 pub use keeper::{Keeper, NodeKind, Versioned};

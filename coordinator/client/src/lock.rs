@@ -55,7 +55,7 @@ impl EphemeralLock {
             if stat.is_none() {
                 return Ok(());
             }
-            let event = watcher.changed().await;
+            let event = crate::watch::changed(watcher, path).await;
             if event.event_type == zk::EventType::Session {
                 return Err(KeeperError::Op { op: "watch", path: path.to_string(), source: zk::Error::SessionExpired });
             }

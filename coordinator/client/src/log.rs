@@ -74,7 +74,7 @@ impl SequentialLog {
             if !entries.is_empty() {
                 return Ok(entries);
             }
-            if watcher.changed().await.event_type == zk::EventType::Session {
+            if crate::watch::changed(watcher, &self.dir).await.event_type == zk::EventType::Session {
                 return Err(KeeperError::Op {
                     op: "watch children",
                     path: self.dir.clone(),

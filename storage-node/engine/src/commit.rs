@@ -187,6 +187,13 @@ pub trait PartCommitter: Send + Sync {
     /// The reservation will not be committed; its dedup id is free again.
     fn release(&self, reservation: &Reservation);
 
+    /// The part that holds the insert block with `dedup_id`, whichever replica committed it:
+    /// a retried block found committed already waits for that part's quorum. Only
+    /// replicated tables have quorums, so only their committer says.
+    fn block_part<'a>(&'a self, _dedup_id: &'a str) -> BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// The name under which this node committed the insert block with `dedup_id`, if it did:
     /// a prepared insert found after a crash whose commit went through is activated under
     /// it, not committed a second time. The local committer records ids only on activation,

@@ -102,8 +102,10 @@ impl Activation {
     }
 
     fn activated(&self, session: i64) -> Result<()> {
-        info!(table = self.paths.table, replica = self.paths.replica, session, "the replica is active");
-        self.session.store(session, Ordering::SeqCst);
+        // The committer and the queue may both have asked: said once.
+        if self.session.swap(session, Ordering::SeqCst) != session {
+            info!(table = self.paths.table, replica = self.paths.replica, session, "the replica is active");
+        }
         Ok(())
     }
 

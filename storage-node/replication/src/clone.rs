@@ -6,8 +6,8 @@
 //! source did meanwhile is covered: an entry it ran between the reads is in its queue (read
 //! before) or its parts (read after), at worst in both, and a part fetched twice is fetched
 //! once. The new replica's queue gets a `GET_PART` for each of the source's parts and a copy
-//! of each of its queue entries, and its pointer becomes the source's, in one multi guarded by
-//! its own pointer's version.
+//! of each of its queue entries, and its pointer becomes the source's, guarded by its own
+//! pointer's version; a long queue goes in several multis, the pointer with the last.
 
 use coordinator_client::{Keeper, KeeperError, NodeKind, Txn};
 use mergestream_engine::part::name::PartName;
@@ -71,6 +71,20 @@ async fn queue_copy<'a>(
     Ok(txn)
 }
 
+/// Ops per multi of a clone, as ClickHouse's `zkutil::MULTI_BATCH_SIZE`: the queue of a copy
+/// of a replica with thousands of parts would not fit in one Keeper request.
+const MULTI_BATCH_SIZE: usize = 100;
+
+/// Deletes the entries of this replica's queue into `txn`: what a clone that did not
+/// finish left there, or the queue a lost replica gives up.
+async fn clear_queue<'a>(k: &Keeper, mut txn: Txn<'a>, paths: &ReplicaPaths) -> Result<Txn<'a>, KeeperError> {
+    let queue_dir = paths.of_replica("queue");
+    for entry in k.children(&queue_dir).await? {
+        txn = txn.delete(&format!("{queue_dir}/{entry}"), None);
+    }
+    Ok(txn)
+}
+
 fn cloned(paths: &ReplicaPaths, copy: &SourceCopy, why: &str) {
     info!(
         table = paths.table,
@@ -87,12 +101,17 @@ fn cloned(paths: &ReplicaPaths, copy: &SourceCopy, why: &str) {
 
 /// Clones a replica into `paths` if this replica has never pulled the log and another one
 /// has; whether it did. `own_version` is the version of this replica's empty pointer node.
+///
+/// The queue is written in several multis when it is long; the pointer moves in the last
+/// one, so a clone cut short leaves the pointer empty, and the next one clears what the
+/// first queued (a replica that never pulled queues nothing else) and starts over.
 pub async fn clone_if_new(k: &Keeper, paths: &ReplicaPaths, own_version: i32) -> Result<bool, KeeperError> {
     let Some(copy) = read_source(k, paths).await? else { return Ok(false) };
     let all: Vec<&String> = copy.parts.iter().collect();
-    let txn = queue_copy(k, k.txn(), paths, &copy, &all).await?;
-    let txn = txn.set(&paths.of_replica("log_pointer"), copy.pointer.to_string().as_bytes(), Some(own_version));
-    match txn.commit().await {
+    let txn = clear_queue(k, k.txn(), paths).await?;
+    let txn = queue_copy(k, txn, paths, &copy, &all).await?;
+    let done = k.txn().set(&paths.of_replica("log_pointer"), copy.pointer.to_string().as_bytes(), Some(own_version));
+    match txn.commit_in_batches(done, MULTI_BATCH_SIZE).await {
         Ok(_) => {
             cloned(paths, &copy, "new replica");
             Ok(true)
@@ -135,11 +154,9 @@ pub async fn clone_lost(
     }
     let missing: Vec<&String> =
         copy.parts.iter().filter(|p| PartName::parse(p).is_some_and(|n| !table.has_part_or_covering(&n))).collect();
-    let mut txn = k.txn().check(&paths.of_replica("is_lost"), lost_version);
-    let queue_dir = paths.of_replica("queue");
-    for entry in k.children(&queue_dir).await.map_err(keeper_error)? {
-        txn = txn.delete(&format!("{queue_dir}/{entry}"), None);
-    }
+    // In several multis when long; the replica stays lost until the last one, so a clone cut
+    // short is done again from the start.
+    let mut txn = clear_queue(k, k.txn(), paths).await.map_err(keeper_error)?;
     let here: Vec<String> = table.snapshot().iter().map(|p| p.name.to_string()).collect();
     for listed in k.children(&paths.of_replica("parts")).await.map_err(keeper_error)? {
         if !here.contains(&listed) {
@@ -147,12 +164,12 @@ pub async fn clone_lost(
         }
     }
     let txn = queue_copy(k, txn, paths, &copy, &missing).await.map_err(keeper_error)?;
-    let txn = txn.set(&paths.of_replica("log_pointer"), copy.pointer.to_string().as_bytes(), None).set(
-        &paths.of_replica("is_lost"),
-        b"0",
-        None,
-    );
-    match txn.commit().await {
+    let done = k
+        .txn()
+        .check(&paths.of_replica("is_lost"), lost_version)
+        .set(&paths.of_replica("log_pointer"), copy.pointer.to_string().as_bytes(), None)
+        .set(&paths.of_replica("is_lost"), b"0", None);
+    match txn.commit_in_batches(done, MULTI_BATCH_SIZE).await {
         Ok(_) => {
             cloned(paths, &copy, "lost replica");
             Ok(true)

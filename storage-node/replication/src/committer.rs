@@ -289,6 +289,16 @@ impl PartCommitter for ReplicatedCommitter {
         Ok(())
     }
 
+    fn block_part<'a>(&'a self, dedup_id: &'a str) -> BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(async move {
+            let k = self.keeper().await?;
+            match k.get(&self.paths.block(dedup_id)).await {
+                Ok(found) => Ok(found.map(|v| String::from_utf8_lossy(&v.data).into_owned())),
+                Err(e) => Err(self.lost(e).await),
+            }
+        })
+    }
+
     fn committed_as<'a>(
         &'a self,
         _partition_id: &'a str,

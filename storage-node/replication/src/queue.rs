@@ -130,7 +130,11 @@ pub struct ReplicationQueue {
     block_times: tokio::sync::Mutex<BlockTimes>,
     /// Whether the local parts were checked against the coordinator since the start.
     parts_checked: AtomicBool,
+    /// The watch on the log that has not fired yet ([`wait_for_log`](Self::wait_for_log)).
+    log_watch: tokio::sync::Mutex<Option<LogWatch>>,
 }
+
+type LogWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Whether a replica that has every source of a merge fetches the merged part instead:
 /// always with `always_fetch_merged_part`, and for a merge both old and big enough
@@ -177,6 +181,7 @@ impl ReplicationQueue {
             next_cleanup: Mutex::new(None),
             block_times: tokio::sync::Mutex::new(BlockTimes::default()),
             parts_checked: AtomicBool::new(false),
+            log_watch: tokio::sync::Mutex::new(None),
         });
         runtime.spawn(queue.clone().run(Arc::downgrade(table)));
         queue
@@ -223,25 +228,42 @@ impl ReplicationQueue {
 
     /// Until the log changes, a SYSTEM statement wakes the queue, or a second passes
     /// (entries waiting for a retry).
+    ///
+    /// One watch on the log stays set until it fires, across these waits: a new watch every
+    /// second, each dropped unfired, makes zookeeper-client 0.11 lose requests and watches
+    /// on that path (a queue stalled for a minute on a log read while it fetched hundreds of
+    /// parts, against ZooKeeper 3.8 too).
     async fn wait_for_log(&self) {
         let second = Duration::from_secs(1);
-        let Ok(k) = self.session.keeper().await else {
-            let _ = tokio::time::timeout(second, self.wake.notified()).await;
-            return;
-        };
-        match k.raw().list_and_watch_children(&self.paths.of_table("log")).await {
-            Ok((_, watcher)) => {
-                let _ = tokio::time::timeout(second, async {
-                    tokio::select! {
-                        _ = watcher.changed() => {}
-                        _ = self.wake.notified() => {}
-                    }
-                })
-                .await;
-            }
-            Err(_) => {
+        let mut pending = self.log_watch.lock().await;
+        if pending.is_none() {
+            let Ok(k) = self.session.keeper().await else {
                 let _ = tokio::time::timeout(second, self.wake.notified()).await;
+                return;
+            };
+            let log = self.paths.of_table("log");
+            match tokio::time::timeout(second * 5, k.raw().list_and_watch_children(&log)).await {
+                Ok(Ok((_, watcher))) => {
+                    *pending = Some(Box::pin(async move {
+                        coordinator_client::watch::changed(watcher, &log).await;
+                    }));
+                }
+                Ok(Err(_)) | Err(_) => {
+                    let _ = tokio::time::timeout(second, self.wake.notified()).await;
+                    return;
+                }
             }
+        }
+        let Some(watch) = pending.as_mut() else { return };
+        let fired = tokio::time::timeout(second, async {
+            tokio::select! {
+                _ = watch => true,
+                _ = self.wake.notified() => false,
+            }
+        })
+        .await;
+        if fired == Ok(true) {
+            *pending = None;
         }
     }
 
@@ -456,17 +478,64 @@ impl ReplicationQueue {
     async fn get_part(&self, k: &Keeper, table: &Arc<Table>, entry: &LogEntry, queue_entry: &str) -> Result<Ran> {
         let name = PartName::parse(&entry.new_part_name)
             .ok_or_else(|| EngineError::Coordinator(format!("bad part name {}", entry.new_part_name)))?;
+        let mut replaced_lost = false;
         if !table.has_part_or_covering(&name) {
             if let Some(reason) = self.fetches_postponed(&name) {
                 return Ok(Ran::Postponed(reason));
             }
-            self.fetch_from_some_replica(k, table, entry, &name).await?;
+            match self.fetch_from_some_replica(k, table, entry, &name).await {
+                Ok(_) => {}
+                Err(EngineError::Replication { code: "NO_REPLICA_HAS_PART", message })
+                    if self.failed_before(queue_entry) && self.lost_forever(k, &name).await? =>
+                {
+                    warn!(table = self.paths.table, part = %name, why = message, "Part is lost forever");
+                    metrics::counter!("mergestream_replication_parts_lost_total").increment(1);
+                    let (t, lost) = (table.clone(), name.clone());
+                    tokio::task::spawn_blocking(move || t.create_empty_part(&lost))
+                        .await
+                        .map_err(|e| EngineError::TaskFailed(e.to_string()))??;
+                    replaced_lost = true;
+                }
+                Err(e) => return Err(e),
+            }
         }
         self.list_and_remove(k, table, &name, queue_entry).await?;
-        if entry.quorum > 1 {
+        // An empty part does not count towards the quorum of the rows that were lost.
+        if entry.quorum > 1 && !replaced_lost {
             crate::quorum::update(k, &self.paths, &entry.new_part_name).await?;
         }
         Ok(Ran::Done)
+    }
+
+    /// Whether this queue entry failed once already: a part is declared lost only on a
+    /// second look, a back-off after the first.
+    fn failed_before(&self, queue_entry: &str) -> bool {
+        let name = queue_entry.rsplit('/').next().unwrap_or_default();
+        self.lock().get(name).is_some_and(|tries| tries.num_tries > 0)
+    }
+
+    /// Whether no other replica, active or not, lists `name`, a part covering it, or a part
+    /// inside its range (the sources of a merge, which their replica may still merge): then
+    /// nobody can ever send it, and waiting would block the queue and every merge over its
+    /// range for good. ClickHouse's part check calls such a part "lost forever".
+    async fn lost_forever(&self, k: &Keeper, name: &PartName) -> Result<bool> {
+        let replicas = match k.children(&self.paths.replicas()).await {
+            Ok(replicas) => replicas,
+            Err(e) => return Err(self.lost(e).await),
+        };
+        for replica in replicas.into_iter().filter(|r| *r != self.paths.replica) {
+            let other = ReplicaPaths { table: self.paths.table.clone(), replica };
+            let listed = match k.children(&other.of_replica("parts")).await {
+                Ok(listed) => listed,
+                Err(e) if e.is_no_node() => continue,
+                Err(e) => return Err(self.lost(e).await),
+            };
+            let related = |p: &PartName| p == name || p.covers(name) || name.covers(p);
+            if listed.iter().filter_map(|p| PartName::parse(p)).any(|p| related(&p)) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     fn fetches_postponed(&self, part: &PartName) -> Option<String> {

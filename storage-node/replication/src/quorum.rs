@@ -229,7 +229,7 @@ async fn wait_gone(k: &Keeper, path: &str, part: &str, deadline: Instant) -> Res
         if QuorumEntry::parse(&String::from_utf8_lossy(&data)).is_none_or(|entry| entry.part_name != part) {
             return Ok(());
         }
-        if tokio::time::timeout_at(deadline, watcher.changed()).await.is_err() {
+        if tokio::time::timeout_at(deadline, coordinator_client::watch::changed(watcher, path)).await.is_err() {
             return Err(unknown_status("Timeout while waiting for quorum"));
         }
     }

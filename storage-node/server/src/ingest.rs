@@ -355,16 +355,13 @@ async fn settle_unknown(
             })
         }
         Some((record, version)) if record.token == pending.token => {
-            // A retry of a block that already committed: nothing to add.
+            // A retry of a block that already committed: nothing to add. Its reply names the
+            // parts the earlier attempt made, so that a quorum insert waits for their quorum
+            // as the first reply would have.
+            let parts = table.committed_parts_of(&prepared).await.map_err(engine_status)?;
             blocking(move || table.abort_prepared(prepared)).await?;
             metrics::counter!("mergestream_storage_blocks_duplicate_total").increment(1);
-            Ok(InsertReply {
-                rows: 0,
-                parts: Vec::new(),
-                duplicate: true,
-                offset_version: version,
-                quorum_pending: false,
-            })
+            Ok(InsertReply { rows: 0, parts, duplicate: true, offset_version: version, quorum_pending: false })
         }
         Some((record, version)) => {
             blocking(move || table.abort_prepared(prepared)).await?;

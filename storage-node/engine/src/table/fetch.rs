@@ -108,4 +108,37 @@ impl Table {
         tracing::info!(table = %self.def.name, part = %name, to = %target.display(), "detached a part");
         Ok(true)
     }
+
+    /// An empty part (no rows) under `name`, made active: what a replica puts in place of a
+    /// part that no replica has any more, as ClickHouse's `createEmptyPartInsteadOfLost`, so
+    /// that the log entry bringing it finishes and merges over its range go on. The rows are
+    /// lost either way; the empty part says so in the open instead of blocking the queue.
+    pub fn create_empty_part(&self, name: &PartName) -> Result<()> {
+        if self.has_part_or_covering(name) {
+            return Ok(());
+        }
+        // The partition's value as another part of it records it; the id names it otherwise.
+        let partition = self
+            .snapshot()
+            .iter()
+            .find(|p| p.name.partition_id == name.partition_id)
+            .map(|p| p.meta.partition.clone())
+            .unwrap_or_else(|| crate::key_expr::Partition {
+                id: name.partition_id.clone(),
+                value: name.partition_id.clone(),
+            });
+        let tmp_name = format!("empty_{name}");
+        let writer = crate::part::PartWriter::create(
+            &self.dir,
+            &tmp_name,
+            partition,
+            self.schema.clone(),
+            self.key_columns.clone(),
+            self.def.settings.index_granularity,
+        )?;
+        let part = writer.close(None)?.commit(name.clone())?;
+        self.activate(part);
+        tracing::warn!(table = %self.def.name, part = %name, "Created empty part instead of lost part");
+        Ok(())
+    }
 }

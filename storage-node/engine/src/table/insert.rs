@@ -60,6 +60,13 @@ pub struct PreparedInsert {
     dir: PathBuf,
     pub record: PreparedRecord,
     parts: Vec<WrittenPart>,
+    /// The deduplication id of each of the block's parts, kept when a commit drops a part
+    /// found committed already: a retry's reply still names the parts that hold the block.
+    dedup_ids: Vec<String>,
+}
+
+fn dedup_ids_of(parts: &[WrittenPart]) -> Vec<String> {
+    parts.iter().filter_map(|(_, id)| id.clone()).collect()
 }
 
 /// A block sorted by its key, and whether two of its rows share a key.
@@ -328,7 +335,8 @@ impl Table {
             }
         }
         crate::part::sync_dir(&self.dir)?;
-        Ok(PreparedInsert { dir, record, parts })
+        let dedup_ids = dedup_ids_of(&parts);
+        Ok(PreparedInsert { dir, record, parts, dedup_ids })
     }
 
     /// The second step, with the coordinator ops that commit together with the parts (the
@@ -343,11 +351,11 @@ impl Table {
         extra: Vec<ExtraOp>,
         quorum: Option<&Quorum>,
     ) -> std::result::Result<(InsertSummary, CommitOutcome), PreparedCommitError> {
-        let PreparedInsert { dir, record, parts } = prepared;
+        let PreparedInsert { dir, record, parts, dedup_ids } = prepared;
         let committed = match self.reserve_and_commit(parts, &extra, quorum).await {
             Ok(committed) => committed,
             Err((parts, error)) => {
-                let prepared = PreparedInsert { dir, record, parts };
+                let prepared = PreparedInsert { dir, record, parts, dedup_ids };
                 return Err(PreparedCommitError::Uncommitted { prepared, error });
             }
         };
@@ -367,7 +375,7 @@ impl Table {
     /// The second step with nothing to commit beside the parts, from a thread outside any
     /// async runtime (recovery, after the caller learnt that the external commit happened).
     pub fn commit_prepared(&self, prepared: PreparedInsert) -> Result<InsertSummary> {
-        let PreparedInsert { dir, record, parts } = prepared;
+        let PreparedInsert { dir, record, parts, .. } = prepared;
         let (earlier, parts) = block_on(self.committed_earlier(parts))?;
         let committed = block_on(self.reserve_and_commit(parts, &[], None)).map_err(|(_, e)| e)?;
         let mut summary = self.activate_committed(committed, record.rows)?;
@@ -379,6 +387,16 @@ impl Table {
         std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
         crate::part::sync_dir(&self.dir)?;
         Ok(summary)
+    }
+
+    /// The parts that hold the blocks of a prepared insert that an earlier attempt committed
+    /// (found by their deduplication ids): what a quorum of the retried insert waits for.
+    pub async fn committed_parts_of(&self, prepared: &PreparedInsert) -> Result<Vec<String>> {
+        let mut parts = Vec::new();
+        for id in &prepared.dedup_ids {
+            parts.extend(self.committer.block_part(id).await?);
+        }
+        Ok(parts)
     }
 
     /// Drops a prepared insert whose external commit did not happen.
@@ -446,7 +464,8 @@ impl Table {
             let dedup_id = part.meta().dedup_id.clone();
             parts.push((part, dedup_id));
         }
-        Ok(Some(PreparedInsert { dir: dir.to_path_buf(), record, parts }))
+        let dedup_ids = dedup_ids_of(&parts);
+        Ok(Some(PreparedInsert { dir: dir.to_path_buf(), record, parts, dedup_ids }))
     }
 
     /// Splits, sorts and writes a block's parts; each is durable under a temporary name.

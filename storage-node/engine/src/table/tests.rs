@@ -282,3 +282,24 @@ async fn a_refused_commit_hands_the_prepared_insert_back_and_activates_nothing()
         tokio::task::spawn_blocking(move || t.commit_prepared(prepared)).await.expect("task").expect("commit");
     assert_eq!(summary.parts, vec!["all_2_2_0"]);
 }
+
+#[test]
+fn an_empty_part_in_place_of_a_lost_one_is_read_merged_and_reopened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t");
+    let table = Table::create(&path, def(TableSettings::default()), &LOCAL).expect("create");
+    table.insert(block(&table, 0..10), &InsertOptions::default()).expect("insert");
+    let lost = PartName::parse("all_5_5_0").expect("name");
+    table.create_empty_part(&lost).expect("empty part");
+    table.create_empty_part(&lost).expect("a second time: already there, nothing to do");
+    let parts: Vec<(String, u64)> = table.parts_info().iter().map(|p| (p.name.clone(), p.rows)).collect();
+    assert_eq!(parts, vec![("all_1_1_0".to_string(), 10), ("all_5_5_0".to_string(), 0)]);
+    let all_columns = ReadOptions { columns: vec![0, 1], ..Default::default() };
+    assert_eq!(rows(table.scan(&all_columns).expect("scan")), 10);
+    drop(table);
+    let table = Table::open(&path, &LOCAL).expect("reopen");
+    assert_eq!(table.parts_info().len(), 2, "the empty part is a part like the others after a restart");
+    table.optimize(&OptimizeRequest { partition_id: None, final_merge: true, cleanup: false }).expect("optimize");
+    let parts: Vec<(String, u64)> = table.parts_info().iter().map(|p| (p.name.clone(), p.rows)).collect();
+    assert_eq!(parts, vec![("all_1_5_1".to_string(), 10)]);
+}
