@@ -39,6 +39,15 @@ pub struct Versioned {
 #[derive(Clone, Debug)]
 pub struct Keeper {
     client: zk::Client,
+    /// How long a request may go unanswered before it fails as a connection loss.
+    request_timeout: Duration,
+}
+
+/// zookeeper-client 0.11 can leave a request unanswered when the watches of a path churn
+/// (seen as a replication queue stalled for a minute): each request is bounded, and one
+/// that passes the bound fails as a lost connection, whose outcome callers already settle.
+fn request_timeout(session_timeout: Duration) -> Duration {
+    (session_timeout * 2).max(Duration::from_secs(10))
 }
 
 impl Keeper {
@@ -50,7 +59,27 @@ impl Keeper {
             .connect(hosts)
             .await
             .map_err(|source| KeeperError::Connect { hosts: hosts.to_string(), source })?;
-        Ok(Keeper { client })
+        Ok(Keeper { client, request_timeout: request_timeout(session_timeout) })
+    }
+
+    /// `request`, or a connection loss of `op` on `path` once the request timeout passes.
+    pub(crate) async fn bounded<T>(
+        &self,
+        op: &'static str,
+        path: &str,
+        request: impl std::future::Future<Output = Result<T, zk::Error>>,
+    ) -> Result<T, KeeperError> {
+        match tokio::time::timeout(self.request_timeout, request).await {
+            Ok(result) => result.map_err(KeeperError::op(op, path)),
+            Err(_) => {
+                tracing::warn!(op, path, timeout = ?self.request_timeout, "a coordinator request went unanswered");
+                Err(KeeperError::Op { op, path: path.to_string(), source: zk::Error::ConnectionLoss })
+            }
+        }
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
     }
 
     pub fn raw(&self) -> &zk::Client {
@@ -63,13 +92,12 @@ impl Keeper {
 
     /// Creates `path` and its missing ancestors as empty persistent nodes; present ones are fine.
     pub async fn ensure_path(&self, path: &str) -> Result<(), KeeperError> {
-        self.client.mkdir(path, &NodeKind::Persistent.options()).await.map_err(KeeperError::op("mkdir", path))
+        self.bounded("mkdir", path, self.client.mkdir(path, &NodeKind::Persistent.options())).await
     }
 
     /// Creates a node and returns its path (with the sequence suffix for sequential kinds).
     pub async fn create(&self, path: &str, data: &[u8], kind: NodeKind) -> Result<String, KeeperError> {
-        let (_, sequence) =
-            self.client.create(path, data, &kind.options()).await.map_err(KeeperError::op("create", path))?;
+        let (_, sequence) = self.bounded("create", path, self.client.create(path, data, &kind.options())).await?;
         Ok(match kind {
             NodeKind::PersistentSequential | NodeKind::EphemeralSequential => format!("{path}{sequence}"),
             NodeKind::Persistent | NodeKind::Ephemeral => path.to_string(),
@@ -78,10 +106,10 @@ impl Keeper {
 
     /// The node's data and version, or `None` if there is no such node.
     pub async fn get(&self, path: &str) -> Result<Option<Versioned>, KeeperError> {
-        match self.client.get_data(path).await {
+        match self.bounded("get", path, self.client.get_data(path)).await {
             Ok((data, stat)) => Ok(Some(Versioned { data, version: stat.version, stat })),
-            Err(zk::Error::NoNode) => Ok(None),
-            Err(source) => Err(KeeperError::Op { op: "get", path: path.to_string(), source }),
+            Err(e) if e.is_no_node() => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -92,22 +120,22 @@ impl Keeper {
     /// Compare-and-set: writes only if the node is still at `expected_version` (any version
     /// with `None`), and returns the new version.
     pub async fn set(&self, path: &str, data: &[u8], expected_version: Option<i32>) -> Result<i32, KeeperError> {
-        let stat = self.client.set_data(path, data, expected_version).await.map_err(KeeperError::op("set", path))?;
+        let stat = self.bounded("set", path, self.client.set_data(path, data, expected_version)).await?;
         Ok(stat.version)
     }
 
     pub async fn delete(&self, path: &str, expected_version: Option<i32>) -> Result<(), KeeperError> {
-        self.client.delete(path, expected_version).await.map_err(KeeperError::op("delete", path))
+        self.bounded("delete", path, self.client.delete(path, expected_version)).await
     }
 
     pub async fn children(&self, path: &str) -> Result<Vec<String>, KeeperError> {
-        self.client.list_children(path).await.map_err(KeeperError::op("list", path))
+        self.bounded("list", path, self.client.list_children(path)).await
     }
 
     /// Waits until this session's server has applied every write acknowledged to anyone before
     /// the call: the next read is linearizable.
     pub async fn sync(&self, path: &str) -> Result<(), KeeperError> {
-        self.client.sync(path).await.map_err(KeeperError::op("sync", path))
+        self.bounded("sync", path, self.client.sync(path)).await
     }
 
     /// Waits for the next creation, deletion or data change of `path` (it need not exist yet).

@@ -113,7 +113,12 @@ impl<'a> Txn<'a> {
             };
             added.map_err(|source| self.failed(index, source))?;
         }
-        match writer.commit().await {
+        let Ok(committed) = tokio::time::timeout(self.keeper.request_timeout(), writer.commit()).await else {
+            // Unanswered: the multi may or may not have happened, as after a lost connection.
+            tracing::warn!(ops = self.ops.len(), "a coordinator multi went unanswered");
+            return Err(KeeperError::TxnRequest { ops: self.ops.len(), source: zk::Error::ConnectionLoss });
+        };
+        match committed {
             Ok(results) => Ok(results
                 .into_iter()
                 .map(|r| match r {

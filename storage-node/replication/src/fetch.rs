@@ -47,6 +47,10 @@ fn safe_file_name(name: &str) -> bool {
 
 /// Fetches `name` from the replica at `address` and makes it active in `table`, once its
 /// files match `expected`. A damaged or truncated fetch is refused and leaves nothing behind.
+/// A fetch whose source sends nothing for this long is given up (and retried, from another
+/// replica when there is one), rather than holding the queue that waits on it.
+const FETCH_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 pub async fn fetch_part(
     table: &Arc<Table>,
     address: &ReplicaAddress,
@@ -54,14 +58,16 @@ pub async fn fetch_part(
     expected: &PartHeader,
 ) -> Result<u64> {
     let url = format!("http://{}:{}", address.host, address.port);
-    let mut client = InterserverClient::connect(url.clone())
+    let stalled = |what: &str| fetch_error(format!("{what} of {name} from {url}: nothing for {FETCH_IDLE_TIMEOUT:?}"));
+    let mut client = tokio::time::timeout(FETCH_IDLE_TIMEOUT, InterserverClient::connect(url.clone()))
         .await
+        .map_err(|_| stalled("the connection"))?
         .map_err(|e| fetch_error(format!("cannot connect to the replica at {url}: {e}")))?
         .max_decoding_message_size(64 << 20);
     let request = FetchPartRequest { table: address.table.clone(), part_name: name.to_string() };
-    let mut stream = client
-        .fetch_part(request)
+    let mut stream = tokio::time::timeout(FETCH_IDLE_TIMEOUT, client.fetch_part(request))
         .await
+        .map_err(|_| stalled("the request"))?
         .map_err(|s| fetch_error(format!("the replica at {url} refused the fetch of {name}: {}", s.message())))?
         .into_inner();
     let t = table.clone();
@@ -70,9 +76,9 @@ pub async fn fetch_part(
     let received = async {
         let mut current: Option<(String, std::fs::File)> = None;
         let mut bytes = 0u64;
-        while let Some(chunk) = stream
-            .message()
+        while let Some(chunk) = tokio::time::timeout(FETCH_IDLE_TIMEOUT, stream.message())
             .await
+            .map_err(|_| stalled("the stream"))?
             .map_err(|s| fetch_error(format!("the fetch of {name} broke off: {}", s.message())))?
         {
             if current.as_ref().is_none_or(|(file, _)| *file != chunk.file) {
