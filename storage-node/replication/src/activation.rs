@@ -10,10 +10,11 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use coordinator_client::{Keeper, KeeperError, NodeKind};
+use coordinator_client::{Keeper, NodeKind};
 use mergestream_engine::{EngineError, Result};
 use tracing::info;
 
+use crate::control::coordinator_error;
 use crate::layout::ReplicaPaths;
 
 /// The file in the storage node's data directory that names the server.
@@ -119,10 +120,6 @@ impl Activation {
             ),
         }
     }
-}
-
-fn coordinator_error(e: KeeperError) -> EngineError {
-    EngineError::Coordinator(e.to_string())
 }
 
 #[cfg(test)]

@@ -53,11 +53,7 @@ impl ReplicatedCommitter {
     /// server holds (or that cannot be claimed now) is refused as read-only.
     async fn active_keeper(&self) -> Result<coordinator_client::Keeper> {
         let k = self.keeper().await?;
-        if !self.activation.holds(k.session_id()) {
-            if let Err(e) = self.activation.ensure(&k).await {
-                return Err(read_only(&e.to_string()));
-            }
-        }
+        self.activation.ensure(&k).await.map_err(|e| read_only(&e.to_string()))?;
         Ok(k)
     }
 

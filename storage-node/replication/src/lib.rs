@@ -70,7 +70,7 @@ pub struct ReplicatedCommitters {
     /// The replication queue of each replicated table, by table name.
     queues: Mutex<BTreeMap<String, Arc<ReplicationQueue>>>,
     /// Each replicated table's claim on its replica, made with its committer and handed to
-    /// its queue when the table opens.
+    /// its queue when the table opens (until then, here).
     activations: Mutex<BTreeMap<String, Arc<Activation>>>,
 }
 
@@ -124,19 +124,9 @@ impl ReplicatedCommitters {
 impl CommitterFactory for ReplicatedCommitters {
     fn committer(&self, def: &TableDef, dir: &Path, found: FoundBlocks) -> Result<Arc<dyn PartCommitter>> {
         let Some(paths) = self.paths(def)? else { return self.local.committer(def, dir, found) };
+        // The queue, started when the table opens, claims the replica at its first step; an
+        // insert that comes first claims it itself.
         let activation = Arc::new(Activation::new(paths.clone(), self.config.identity.clone(), self.host(def)));
-        // Active from the start, not only at the first insert or queue step: the others see
-        // this replica as soon as its table opens.
-        let (session, claim, logged) = (self.session.clone(), activation.clone(), paths.clone());
-        self.runtime.spawn(async move {
-            let claimed = match session.keeper().await {
-                Ok(k) => claim.ensure(&k).await,
-                Err(e) => Err(EngineError::Coordinator(e.to_string())),
-            };
-            if let Err(e) = claimed {
-                warn!(table = logged.table, replica = logged.replica, error = %e, "cannot mark the replica active");
-            }
-        });
         self.activations.lock().unwrap_or_else(|p| p.into_inner()).insert(def.name.clone(), activation.clone());
         let window = def.deduplication_window();
         Ok(Arc::new(ReplicatedCommitter::new(self.session.clone(), paths, activation, window, self.runtime.clone())))
@@ -151,7 +141,8 @@ impl CommitterFactory for ReplicatedCommitters {
                 return;
             }
         };
-        let activation = self.activations.lock().unwrap_or_else(|p| p.into_inner()).get(table.name()).cloned();
+        // Handed over from the committer, so that both share one claim.
+        let activation = self.activations.lock().unwrap_or_else(|p| p.into_inner()).remove(table.name());
         let activation = activation.unwrap_or_else(|| {
             Arc::new(Activation::new(paths.clone(), self.config.identity.clone(), self.host(table.def())))
         });
