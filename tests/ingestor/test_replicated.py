@@ -101,7 +101,8 @@ def test_a_block_committed_just_before_a_crash_is_activated_once_at_restart(
     """The storage node dies right after the coordinator took a block's commit (its offset
     moved), before the parts are active: the next start finds the prepared insert, sees the
     commit, and activates the block — under the part name it committed, for a replicated
-    table — without committing it again."""
+    table — without committing it again. The restart is slow to resolve it (slow-recovery):
+    replication waits for it, so the listed part is never taken for a lost one."""
     table = "crashrep" if engine == ENGINE else "crashlocal"
     broker.create_topic(topic, 1)
     broker.produce(topic, [(0, b"k", json.dumps({"id": i, "payload": {"v": i}}).encode(), None) for i in range(300)])
@@ -116,11 +117,13 @@ def test_a_block_committed_just_before_a_crash_is_activated_once_at_restart(
         time.sleep(0.1)
     assert not replica.alive(), "the storage node died at the failpoint"
     assert offsets(kazoo, table, table, topic) == {0: 300}, "the commit went through before the crash"
-    replica.env = {"MERGESTREAM_LOG": "info"}
+    replica.env = {"MERGESTREAM_LOG": "info", "MERGESTREAM_FAILPOINTS": "slow-recovery"}
     replica.start()
     assert "committed=true" in open(replica.log_path).read(), "the start resolved the prepared insert as committed"
     wait_for_rows(replica, table, 300)
     time.sleep(2)
+    log = open(replica.log_path).read()
+    assert "lost forever" not in log and "is not here" not in log, "replication started before the recovery"
     assert table_state(replica, table) == (300, 300, sum(range(300)))
     assert ingestor.terminate() == 0, ingestor.output()
     if engine == ENGINE:

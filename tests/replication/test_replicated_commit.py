@@ -3,6 +3,7 @@ numbers from block_numbers/<partition>, one multi per insert (log entry, part no
 node), deduplication across replicas, and the errors of replicas that disagree. Each test runs
 against our coordinator and against Apache ZooKeeper 3.8."""
 
+import concurrent.futures
 import itertools
 import subprocess
 
@@ -108,6 +109,19 @@ def test_a_replica_name_in_use_is_refused(replicas, table):
     assert create(r1, table, engine=engine)[0] == 0
     code, _, stderr = create(r2, table, engine=engine)
     assert code != 0 and "REPLICA_ALREADY_EXISTS" in stderr and f"{zk_path(table)}/replicas/same" in stderr, stderr
+
+
+def test_concurrent_create_if_not_exists_on_one_replica_all_succeed(replicas, kazoo, table):
+    """Clients racing to create the same table on one node (ingestors starting together do)
+    take turns, as ClickHouse's DDLGuard makes them: one registers the replica, the others
+    find the table — none fails with REPLICA_ALREADY_EXISTS."""
+    r1, _ = replicas
+    engine = "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')"
+    sql = f"CREATE TABLE IF NOT EXISTS {table} (k UInt64, v String) ENGINE = {engine} ORDER BY k"
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: r1.run(sql), range(8)))
+    assert [code for code, _, _ in results] == [0] * 8, [stderr for _, _, stderr in results]
+    assert kazoo.get_children(f"{zk_path(table)}/replicas") == ["r1"]
 
 
 def test_drop_removes_the_replica_then_the_table(replicas, kazoo, table):

@@ -37,6 +37,8 @@ pub struct Catalog {
     tables: Tables,
     unopened: Vec<UnopenedTable>,
     merges: MergePool,
+    /// One lock per table name under DDL (see [`ddl_guard`](Self::ddl_guard)).
+    ddl: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Catalog {
@@ -44,10 +46,16 @@ impl Catalog {
     /// be opened (a corrupt `table.json`, say) is logged, listed by
     /// [`unopened`](Self::unopened) and left on disk untouched; the others open.
     pub fn open(path: &Path, merge_threads: usize) -> Result<Catalog> {
-        Catalog::open_with(path, merge_threads, Arc::new(LocalCommitters::default()))
+        let catalog = Catalog::open_with(path, merge_threads, Arc::new(LocalCommitters::default()))?;
+        catalog.start_replication();
+        Ok(catalog)
     }
 
-    /// [`open`](Self::open), with the tables' committers made by `committers`.
+    /// [`open`](Self::open), with the tables' committers made by `committers`, and the
+    /// replication of the tables found on disk not started: the caller first resolves the
+    /// prepared inserts a crash left (some of them are parts the coordinator lists already,
+    /// which a replication started first would take for lost), then calls
+    /// [`start_replication`](Self::start_replication).
     pub fn open_with(path: &Path, merge_threads: usize, committers: Arc<dyn CommitterFactory>) -> Result<Catalog> {
         let root = path.join("data").join(DATABASE);
         std::fs::create_dir_all(&root).map_err(EngineError::io(&root))?;
@@ -74,12 +82,28 @@ impl Catalog {
         metrics::gauge!("mergestream_engine_tables_unopened").set(unopened.len() as f64);
         let tables: Tables = Arc::new(RwLock::new(tables));
         let merges = MergePool::start(merge_threads, MERGE_ASSIGN_DELAY, tables.clone());
-        let catalog = Catalog { root, committers, tables, unopened, merges };
+        let catalog = Catalog { root, committers, tables, unopened, merges, ddl: Mutex::default() };
         for table in catalog.tables() {
-            catalog.committers.opened(&table);
             catalog.schedule_merges(&table);
         }
         Ok(catalog)
+    }
+
+    /// Starts the replication of the tables opened from disk (tables created later start
+    /// theirs at once).
+    pub fn start_replication(&self) {
+        for table in self.tables() {
+            self.committers.opened(&table);
+        }
+    }
+
+    /// Serializes CREATE and DROP of one table name (ClickHouse's DDLGuard): two concurrent
+    /// `CREATE TABLE IF NOT EXISTS` of a replicated table would otherwise both register the
+    /// replica, and the second fail with REPLICA_ALREADY_EXISTS instead of finding the table.
+    fn ddl_guard(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut guards = self.ddl.lock().unwrap_or_else(|p| p.into_inner());
+        guards.retain(|_, guard| Arc::strong_count(guard) > 1);
+        guards.entry(name.to_string()).or_default().clone()
     }
 
     /// The tables found on disk that could not be opened, and why.
@@ -140,6 +164,8 @@ impl Catalog {
     /// CREATE TABLE from async code: the table is registered where its committer needs it
     /// (a replicated table with its replicas) before its files are made.
     pub async fn create_table_async(self: &Arc<Self>, def: TableDef, if_not_exists: bool) -> Result<()> {
+        let guard = self.ddl_guard(&def.name);
+        let _held = guard.lock().await;
         if self.tables.read().unwrap_or_else(|p| p.into_inner()).contains_key(&def.name) {
             return self.create_table(def, if_not_exists);
         }
@@ -162,6 +188,8 @@ impl Catalog {
 
     /// DROP TABLE from async code: the files go, then the table's registration.
     pub async fn drop_table_async(self: &Arc<Self>, name: &str, if_exists: bool) -> Result<()> {
+        let guard = self.ddl_guard(name);
+        let _held = guard.lock().await;
         let def = match self.table(name) {
             Ok(table) => table.def().clone(),
             Err(_) if if_exists => return Ok(()),

@@ -1,5 +1,6 @@
-//! Named points where a test can make the process die, to reach states a SIGKILL from outside
-//! hits only by luck (a commit applied in the coordinator, its parts not yet active).
+//! Named points where a test can make the process die or dawdle, to reach states a SIGKILL
+//! from outside hits only by luck (a commit applied in the coordinator, its parts not yet
+//! active; a restart slow to resolve them).
 //! `MERGESTREAM_FAILPOINTS=name[,name…]` in the environment arms them; unset, each check is
 //! one load of a cached flag.
 
@@ -7,6 +8,10 @@ use std::sync::OnceLock;
 
 /// After the coordinator took an insert's commit, before its parts are renamed into place.
 pub const AFTER_COMMIT_BEFORE_ACTIVATION: &str = "after-commit-before-activation";
+
+/// The start of a storage node waits this long before resolving its prepared inserts, as
+/// when the coordinator is slow to answer after a crash.
+pub const SLOW_RECOVERY: &str = "slow-recovery";
 
 fn armed() -> &'static [String] {
     static ARMED: OnceLock<Vec<String>> = OnceLock::new();
@@ -19,8 +24,13 @@ fn armed() -> &'static [String] {
 
 /// Aborts the process (no unwinding, no cleanup: as a SIGKILL would) if `name` is armed.
 pub fn hit(name: &str) {
-    if armed().iter().any(|a| a == name) {
+    if is_armed(name) {
         tracing::error!(failpoint = name, "failpoint hit: aborting");
         std::process::abort();
     }
+}
+
+/// Whether `name` is armed, for a point that slows down rather than aborts.
+pub fn is_armed(name: &str) -> bool {
+    armed().iter().any(|a| a == name)
 }

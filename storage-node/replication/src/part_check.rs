@@ -4,8 +4,12 @@
 //! - an active part that `replicas/<name>/parts` does not list, that no entry of the queue
 //!   will list, and that no listed part covers is unexpected: it goes to
 //!   `detached/unexpected_<name>`, where it stays for a person to look at;
-//! - a listed part that is not here (nor a part covering it) is missing: its node goes and a
-//!   `GET_PART` of it is queued, in one multi, so that it is fetched from a replica that has it.
+//! - a listed part that is not here (nor a part covering it, nor one an insert is making
+//!   active) is missing: its node goes and a `GET_PART` of it is queued, in one multi, so
+//!   that it is fetched from a replica that has it.
+//!
+//! A crash between an insert's commit and its activation leaves a listed part in a prepared
+//! insert: the server resolves those before replication starts, so they are here by now.
 
 use coordinator_client::{Keeper, KeeperError, NodeKind};
 use mergestream_engine::part::name::PartName;
@@ -50,7 +54,10 @@ pub async fn check_parts(k: &Keeper, paths: &ReplicaPaths, table: &Table) -> Res
     }
     let mut txn = k.txn();
     for name in &listed {
-        if table.has_part_or_covering(name) || will_list.iter().any(|w| w == name || w.covers(name)) {
+        if table.has_part_or_covering(name)
+            || table.is_being_inserted(name)
+            || will_list.iter().any(|w| w == name || w.covers(name))
+        {
             continue;
         }
         let part = name.to_string();

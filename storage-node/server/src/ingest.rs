@@ -173,6 +173,9 @@ impl IngestService {
     /// and logged, never dropped: its block may be the one its offset node says is in.
     /// Fails only when the coordinator cannot be reached, so that a restart tries again.
     pub async fn recover(&self) -> anyhow::Result<()> {
+        if mergestream_engine::failpoint::is_armed(mergestream_engine::failpoint::SLOW_RECOVERY) {
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        }
         let mut unresolved = 0usize;
         for table in self.catalog.tables() {
             let t = table.clone();

@@ -257,8 +257,9 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                 }
             });
         }
-        let service = ingest::IngestService::new(catalog, coordinator, query_handle);
+        let service = ingest::IngestService::new(catalog.clone(), coordinator, query_handle);
         service.recover().await.context("cannot resolve the prepared inserts left by the last run")?;
+        catalog.start_replication();
         let listener = tokio::net::TcpListener::bind(args.grpc_addr)
             .await
             .with_context(|| format!("cannot listen on {}", args.grpc_addr))?;

@@ -22,6 +22,14 @@ impl Table {
         self.lock_state().active.iter().any(|p| p.name == *name || p.name.covers(name))
     }
 
+    /// Whether `name` is a part an insert here is committing: its block is held from its
+    /// reservation until the part is active, so between the coordinator taking the commit
+    /// and the rename into place the part is listed there and not yet here.
+    pub fn is_being_inserted(&self, name: &PartName) -> bool {
+        name.min_block == name.max_block
+            && self.lock_state().reserved_blocks.contains(&(name.partition_id.clone(), name.min_block))
+    }
+
     /// The files a replica fetching `part` is sent, in order: meta.json, then those it lists.
     pub fn part_files(part: &DataPart) -> Vec<(String, PathBuf)> {
         std::iter::once(META_FILE.to_string())
