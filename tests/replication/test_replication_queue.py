@@ -169,6 +169,33 @@ def test_a_new_replica_clones_a_table_whose_log_was_cleaned(tmp_path, keeper_hos
         r1.stop()
 
 
+def test_a_clone_of_more_parts_than_one_multi_takes_queues_them_all(tmp_path, keeper_hosts, kazoo, table):
+    """230 parts (one per partition, so none merge) need more than one multi of 100 ops
+    (ClickHouse's batch): the new replica's queue is written in several, its pointer with the
+    last, and it ends with every part. SYSTEM SYNC REPLICA right after CREATE pulls while the
+    queue's own clone is still writing: a second clone beside the first used to clear the
+    entries the first had written, and r2 ended with some of the parts only."""
+    parts = 230
+    r1 = Replica(tmp_path, keeper_hosts, "r1").start()
+    r2 = Replica(tmp_path, keeper_hosts, "r2")
+    ddl = f"CREATE TABLE {table} (k UInt64) ENGINE = ReplicatedMergeTree({PATH}) PARTITION BY k ORDER BY k {CLEAN_FAST}"
+    try:
+        r1.query(ddl)
+        r1.query(";\n".join(f"INSERT INTO {table} VALUES ({i})" for i in range(parts)))
+        root = zk_path(table)
+        wait_until(lambda: len(kazoo.get_children(f"{root}/log")) <= 3, 60, "the log cleaned")
+        r2.start()
+        r2.query(ddl)
+        r2.query(f"SYSTEM SYNC REPLICA {table}")
+        assert f"parts={parts}" in r2.log_path.read_text(), "cloned with every part of r1"
+        wait_until(lambda: active_parts(r2, table) == active_parts(r1, table), 60, "the same parts on both")
+        assert r2.query(f"SELECT count(), sum(k) FROM {table}") == f"{parts}\t{sum(range(parts))}\n"
+        assert kazoo.get_children(f"{root}/replicas/r2/queue") == []
+    finally:
+        r2.stop()
+        r1.stop()
+
+
 def test_a_replica_down_past_the_kept_log_is_marked_lost_and_clones_on_return(tmp_path, keeper_hosts, kazoo, table):
     settings = f"{CLEAN_FAST}, max_replicated_logs_to_keep = 4"
     r1, r2 = Replica(tmp_path, keeper_hosts, "r1").start(), Replica(tmp_path, keeper_hosts, "r2").start()

@@ -132,6 +132,12 @@ pub struct ReplicationQueue {
     parts_checked: AtomicBool,
     /// The watch on the log that has not fired yet ([`wait_for_log`](Self::wait_for_log)).
     log_watch: tokio::sync::Mutex<Option<LogWatch>>,
+    /// Held while the log is pulled into the queue or the replica is cloned (ClickHouse's
+    /// `pull_logs_to_queue_mutex`): the queue's own pull and SYSTEM SYNC REPLICA's overlap,
+    /// and a clone written in several multis clears the queue first, so a second clone
+    /// beside it deleted the entries the first had written, and their parts were never
+    /// fetched.
+    pull_lock: tokio::sync::Mutex<()>,
 }
 
 type LogWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -182,6 +188,7 @@ impl ReplicationQueue {
             block_times: tokio::sync::Mutex::new(BlockTimes::default()),
             parts_checked: AtomicBool::new(false),
             log_watch: tokio::sync::Mutex::new(None),
+            pull_lock: tokio::sync::Mutex::new(()),
         });
         runtime.spawn(queue.clone().run(Arc::downgrade(table)));
         queue
@@ -292,6 +299,7 @@ impl ReplicationQueue {
         let mut still_lost = false;
         if let Some(version) = lost {
             // A clone sets the parts right itself.
+            let _pulling = self.pull_lock.lock().await;
             if clone::clone_lost(&k, &self.paths, table, version).await? {
                 self.parts_checked.store(true, Ordering::SeqCst);
             } else {
@@ -361,6 +369,7 @@ impl ReplicationQueue {
 
     /// [`pull_log`](Self::pull_log) for a replica known not to be lost.
     async fn pull_new_entries(&self, k: &Keeper) -> Result<bool> {
+        let _pulling = self.pull_lock.lock().await;
         let pointer_path = self.paths.of_replica("log_pointer");
         let (text, version) = match k.get(&pointer_path).await {
             Ok(Some(v)) => (String::from_utf8_lossy(&v.data).trim().to_string(), v.version),
