@@ -3,6 +3,7 @@ node and its offset node commit in one multi on the coordinator, exactly once, a
 ingestors and the storage node are SIGKILLed."""
 
 import json
+import re
 import time
 
 import pytest
@@ -11,6 +12,7 @@ from kazoo.client import KazooClient
 from ingest_services import (
     Ingestor, StorageNode, free_port, kill_and_restart_while_producing, table_state, wait_for_rows, wait_until,
 )
+from services import leader_of, start_cluster
 from test_kafka import PARTITIONS, messages, write_pipeline
 
 ENGINE = "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')"
@@ -273,3 +275,69 @@ def test_a_retried_quorum_block_found_committed_waits_for_the_quorum_of_its_part
     finally:
         for replica in (r1, r2, r3):
             replica.kill()
+
+
+def serving_node(process, nodes):
+    """The coordinator node a process's session is on now, from its last connect log line."""
+    ports = re.findall(r"succeeds to establish session to tcp://127\.0\.0\.1:(\d+)", process.output())
+    return next(n for n in nodes if ports and n.client_port == int(ports[-1]))
+
+
+def test_exactly_once_while_the_coordinator_leader_is_killed(tmp_path, broker, topic):
+    """Two ingestors stream into two replicas over a three-node coordinator whose leader is
+    SIGKILLed twice (and started again) while messages flow: the sessions of the storage
+    nodes and ingestors move to the other nodes, a block whose commit answer was lost is
+    retried with the same token and offset version, and every message is on both replicas
+    once, its offset committed once."""
+    n = 10_000
+    (tmp_path / "coordinator").mkdir()
+    nodes = start_cluster(tmp_path / "coordinator", size=3, tick_ms=500)
+    hosts = ",".join(node.hosts for node in nodes)
+    replicas = []
+    client = KazooClient(hosts=hosts)
+    try:
+        for name in ("r1", "r2"):
+            args = ["--replica", name, "--macro", "shard=07", "--interserver-addr", f"127.0.0.1:{free_port()}"]
+            replicas.append(StorageNode(tmp_path, hosts, name=name, extra_args=args).start())
+        r1, r2 = replicas
+        table = "repleader"
+        broker.create_topic(topic, PARTITIONS)
+        pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=ENGINE, settings=KEEP_LOG)
+        a = Ingestor(tmp_path, pipeline, [r1, r2], hosts, name="a").start()
+        b = Ingestor(tmp_path, pipeline, [r2, r1], hosts, name="b").start()
+        wait_for_rows(r1, table, 0)
+        wait_for_rows(r2, table, 0)
+        killed = None
+        for chunk in range(10):
+            # The leader first; then the node ingestor a's session is on, so that it must move.
+            if chunk == 2:
+                killed = leader_of(nodes)
+                killed.kill()
+            if chunk == 6:
+                killed = serving_node(a, nodes)
+                killed.kill()
+            if chunk in (4, 8) and killed is not None:
+                killed.start()
+                killed = None
+            broker.produce(topic, messages(range(chunk * 1000, (chunk + 1) * 1000)))
+            time.sleep(0.5)
+        for replica in replicas:
+            wait_for_rows(replica, table, n, timeout=180)
+        time.sleep(2)  # late duplicates, if there were any, would land now
+        for replica in replicas:
+            replica.query(f"SYSTEM SYNC REPLICA {table}")
+            assert table_state(replica, table) == (n, n, sum(i * 3 for i in range(n)))
+        for ingestor in (a, b):
+            assert ingestor.terminate() == 0, ingestor.output()
+        client.start(timeout=30)
+        assert sum(offsets(client, table, table, topic).values()) == n
+        inserts, blocks, _ = committed_parts(client, table)
+        assert inserts == blocks, "every committed block has its log entry and its dedup node"
+        assert a.output().count("succeeds to establish session") > 1, "a's session moved to another node"
+    finally:
+        client.stop()
+        client.close()
+        for replica in replicas:
+            replica.kill()
+        for node in nodes:
+            node.stop()

@@ -5,6 +5,7 @@ retry of the same block adds nothing), UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE for
 non-parallel quorum insert. Against our coordinator and Apache ZooKeeper 3.8."""
 
 import itertools
+import shutil
 
 import pytest
 
@@ -145,6 +146,34 @@ def test_without_parallel_a_second_quorum_insert_waits_for_the_first_quorum(repl
     wait_until(lambda: open_quorums(kazoo, table) == ([], False), 30, "the first quorum reached")
     r1.query(f"{serial.replace('200', '30000')}INSERT INTO {table} VALUES (2, 'b')")
     assert count(r2, table) == 3
+
+
+def test_the_quorum_of_a_part_lost_before_any_replica_fetched_it_fails(replicas, kazoo, table):
+    """r1 took a quorum insert that r2 (fetches stopped) never got, then lost the part from its
+    disk. Nobody can send it any more: its quorum fails (quorum/failed_parts) instead of
+    blocking every later non-parallel quorum insert, and its block's dedup node goes with it,
+    so that the client's retry of the same block is written again rather than taken for a
+    duplicate of rows nobody has."""
+    r1, r2 = replicas
+    root = zk_path(table)
+    r2.query(f"SYSTEM STOP FETCHES {table}")
+    serial = ("SET insert_quorum = 2, insert_quorum_parallel = 0, insert_quorum_timeout = 300, "
+              "insert_deduplication_token = 'lost'; ")
+    insert = f"INSERT INTO {table} VALUES (1, 'a')"
+    fails_with(r1, serial + insert, "UNKNOWN_STATUS_OF_INSERT")
+    assert open_quorums(kazoo, table) == ([], True)
+    [part] = r1.query(f"SELECT name FROM system.parts WHERE table = '{table}' AND active").split()
+    r1.stop()
+    shutil.rmtree(r1.path / "data" / "default" / table / part)
+    r1.start()
+    wait_until(lambda: kazoo.exists(f"{root}/quorum/failed_parts/{part}"), 30, "the lost part's quorum failed")
+    assert open_quorums(kazoo, table) == ([], False)
+    assert kazoo.get_children(f"{root}/blocks") == []
+    r2.query(f"SYSTEM START FETCHES {table}")
+    r2.query(f"SYSTEM SYNC REPLICA {table}")
+    r1.query(serial.replace("= 300", "= 30000") + insert)
+    assert count(r1, table) == count(r2, table) == 1
+    assert open_quorums(kazoo, table) == ([], False)
 
 
 def test_sequential_consistency_reads_only_what_reached_its_quorum(replicas, kazoo, table, tmp_path, keeper_hosts):

@@ -134,6 +134,10 @@ pub trait ReplicaControl: Send + Sync {
         wait: ReplicatedWait,
     ) -> BoxFuture<'a, Result<()>>;
 
+    /// `SYSTEM RESTORE REPLICA`: the replica's coordinator metadata made again from the parts
+    /// on disk (BAD_ARGUMENTS while it has metadata there).
+    fn restore<'a>(&'a self, table: &'a Arc<Table>) -> BoxFuture<'a, Result<()>>;
+
     /// `select_sequential_consistency`: per partition, the highest block number a read of
     /// `table` may see (nothing newer than an open quorum; REPLICA_IS_NOT_IN_QUORUM when a
     /// part that reached its quorum is not here).

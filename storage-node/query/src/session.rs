@@ -271,6 +271,10 @@ impl Session {
                 replica.sync(mode, self.receive_timeout(&[])?).await?;
             }
             Statement::RestartReplica { table } => self.replica_of(&table)?.restart().await?,
+            Statement::RestoreReplica { table } => {
+                let replica = self.replica_of(&table)?;
+                replica.restore(&self.catalog.table(&table)?).await?;
+            }
             Statement::Set { settings } => {
                 for (name, value) in settings {
                     check_setting(&name)?;

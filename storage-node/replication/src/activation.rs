@@ -92,6 +92,11 @@ impl Activation {
         Err(self.already_active())
     }
 
+    /// What the replica's `host` node says.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
     /// Whether `is_active` is known to be this session's (no coordinator call).
     pub fn holds(&self, session: i64) -> bool {
         self.session.load(Ordering::SeqCst) == session

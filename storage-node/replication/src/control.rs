@@ -1,6 +1,6 @@
 //! A replica as SQL sees it: `system.replicas`, `system.replication_queue`, `system.zookeeper`
 //! and the SYSTEM statements (SYNC REPLICA, STOP/START FETCHES and REPLICATION QUEUES,
-//! RESTART REPLICA), read from the coordinator and the replication queue's own state.
+//! RESTART REPLICA, RESTORE REPLICA), read from the coordinator and the replication queue's own state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -279,6 +279,10 @@ impl ReplicaControl for ReplicationQueue {
         wait: ReplicatedWait,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(self.optimize_replicated(table, request, wait))
+    }
+
+    fn restore<'a>(&'a self, table: &'a Arc<Table>) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.restore_replica(table))
     }
 
     fn visible_blocks<'a>(&'a self, table: &'a Table) -> BoxFuture<'a, Result<BTreeMap<String, i64>>> {

@@ -21,6 +21,7 @@ pub mod part_check;
 pub mod queue;
 pub mod quorum;
 pub mod register;
+pub mod restore;
 pub mod session;
 
 use std::collections::BTreeMap;

@@ -39,6 +39,9 @@ pub struct LogEntry {
     pub quorum: u64,
     /// A merge of OPTIMIZE … FINAL CLEANUP: ReplacingMergeTree's tombstones are dropped.
     pub cleanup: bool,
+    /// An insert's part: the deduplication id of its block (empty when unknown, as in the
+    /// entries a clone queues).
+    pub block_id: String,
 }
 
 impl LogEntry {
@@ -52,6 +55,7 @@ impl LogEntry {
             .map_or(0, |t| t.and_utc().timestamp());
         let quorum = text.lines().find_map(|l| l.strip_prefix("quorum: ")).and_then(|q| q.parse().ok()).unwrap_or(0);
         let cleanup = text.lines().any(|l| l == "cleanup: 1");
+        let block_id = text.lines().find_map(|l| l.strip_prefix("block_id: ")).unwrap_or_default().to_string();
         let mut lines = text.lines().skip_while(|l| *l != "get" && *l != "merge");
         let entry = match lines.next()? {
             "get" => LogEntry {
@@ -62,6 +66,7 @@ impl LogEntry {
                 create_time,
                 quorum,
                 cleanup,
+                block_id,
             },
             _ => {
                 let parts_to_merge: Vec<String> =
@@ -78,6 +83,7 @@ impl LogEntry {
                     create_time,
                     quorum,
                     cleanup,
+                    block_id,
                 }
             }
         };
@@ -138,6 +144,8 @@ pub struct ReplicationQueue {
     /// beside it deleted the entries the first had written, and their parts were never
     /// fetched.
     pull_lock: tokio::sync::Mutex<()>,
+    /// Held for each step of the queue, and by SYSTEM RESTORE REPLICA while it works.
+    pub(crate) step_lock: tokio::sync::Mutex<()>,
 }
 
 type LogWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -189,6 +197,7 @@ impl ReplicationQueue {
             parts_checked: AtomicBool::new(false),
             log_watch: tokio::sync::Mutex::new(None),
             pull_lock: tokio::sync::Mutex::new(()),
+            step_lock: tokio::sync::Mutex::new(()),
         });
         runtime.spawn(queue.clone().run(Arc::downgrade(table)));
         queue
@@ -215,7 +224,10 @@ impl ReplicationQueue {
         let mut failures = 0u32;
         loop {
             let Some(t) = table.upgrade() else { return };
-            let step = self.step(&t).await;
+            let step = {
+                let _held = self.step_lock.lock().await;
+                self.step(&t).await
+            };
             drop(t);
             match step {
                 Ok(true) => failures = 0,
@@ -499,6 +511,10 @@ impl ReplicationQueue {
                 {
                     warn!(table = self.paths.table, part = %name, why = message, "Part is lost forever");
                     metrics::counter!("mergestream_replication_parts_lost_total").increment(1);
+                    // Before the empty part is listed: others fetching it must not complete
+                    // the quorum of rows that are gone. (This replica's own entry, queued by
+                    // its part check, has no quorum line: the quorum node says.)
+                    crate::quorum::fail_lost(k, &self.paths, &entry.new_part_name, &entry.block_id).await?;
                     let (t, lost) = (table.clone(), name.clone());
                     tokio::task::spawn_blocking(move || t.create_empty_part(&lost))
                         .await
@@ -815,6 +831,7 @@ mod tests {
                 create_time: 1_796_529_600,
                 quorum: 0,
                 cleanup: false,
+                block_id: "all_1".into(),
             }
         );
         let with_quorum = format!("{text}quorum: 2\n");

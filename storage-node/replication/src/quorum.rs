@@ -197,6 +197,10 @@ pub async fn wait(
     for name in &names {
         wait_gone(k, &parallel_path(paths, name), name, deadline).await?;
         wait_gone(k, &status_path(paths), name, deadline).await?;
+        let failed = paths.of_table(&format!("quorum/failed_parts/{name}"));
+        if k.get(&failed).await.map_err(keeper_error)?.is_some() {
+            return Err(unknown_status(&format!("the quorum of part {name} failed: no replica has the part")));
+        }
     }
     // Satisfied, but is this the replica that opened it? One whose session ended meanwhile
     // may have had its quorum failed and removed rather than reached.
@@ -233,6 +237,58 @@ async fn wait_gone(k: &Keeper, path: &str, part: &str, deadline: Instant) -> Res
             return Err(unknown_status("Timeout while waiting for quorum"));
         }
     }
+}
+
+/// A part whose quorum is open and that no replica has any more (lost forever): its quorum
+/// fails, as ClickHouse's does for a part lost during a quorum insert. In one multi its
+/// quorum node goes (so that the next quorum insert is not refused for it), the part is
+/// recorded under `quorum/failed_parts`, and its block's dedup node goes, so that a retry of
+/// the insert is written again instead of being taken for a duplicate of rows nobody has.
+/// Whether this call failed it.
+pub async fn fail_lost(k: &Keeper, paths: &ReplicaPaths, part: &str, block_id: &str) -> Result<bool> {
+    for path in [parallel_path(paths, part), status_path(paths)] {
+        let Some(node) = k.get(&path).await.map_err(keeper_error)? else { continue };
+        if QuorumEntry::parse(&String::from_utf8_lossy(&node.data)).is_none_or(|entry| entry.part_name != part) {
+            continue;
+        }
+        let mut txn = k.txn().delete(&path, Some(node.version)).create(
+            &paths.of_table(&format!("quorum/failed_parts/{part}")),
+            b"",
+            coordinator_client::NodeKind::Persistent,
+        );
+        if let Some((block, version)) = block_of(k, paths, part, block_id).await? {
+            txn = txn.delete(&block, Some(version));
+        }
+        return match txn.commit().await {
+            Ok(_) => {
+                tracing::warn!(table = paths.table, part, "the quorum of a lost part failed");
+                Ok(true)
+            }
+            // Another replica failed or completed it meanwhile.
+            Err(e) if e.is_bad_version() || e.is_no_node() || e.is_node_exists() => Ok(false),
+            Err(e) => Err(keeper_error(e)),
+        };
+    }
+    Ok(false)
+}
+
+/// The dedup node (and its version) of the block whose part is `part`: `block_id` when the
+/// log entry named it, else found among the kept blocks.
+async fn block_of(k: &Keeper, paths: &ReplicaPaths, part: &str, block_id: &str) -> Result<Option<(String, i32)>> {
+    let ids = if block_id.is_empty() {
+        k.children(&paths.of_table("blocks")).await.map_err(keeper_error)?
+    } else {
+        vec![block_id.to_string()]
+    };
+    for id in ids {
+        let path = paths.block(&id);
+        if let Some(node) = k.get(&path).await.map_err(keeper_error)? {
+            if node.data == part.as_bytes() {
+                return Ok(Some((path, node.version)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// This replica has `part` now: it adds itself to the part's quorum, and closes the quorum

@@ -44,7 +44,7 @@ pub const PREPARED_PREFIX: &str = "prepared_";
 const PREPARED_RECORD: &str = "insert.json";
 
 /// A part written by an insert and the dedup id it commits with.
-type WrittenPart = (ClosedPart, Option<String>);
+pub(super) type WrittenPart = (ClosedPart, Option<String>);
 
 /// What a prepared insert keeps beside its parts.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -376,16 +376,25 @@ impl Table {
     /// async runtime (recovery, after the caller learnt that the external commit happened).
     pub fn commit_prepared(&self, prepared: PreparedInsert) -> Result<InsertSummary> {
         let PreparedInsert { dir, record, parts, .. } = prepared;
+        let summary = self.commit_written(parts, record.rows)?;
+        std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
+        crate::part::sync_dir(&self.dir)?;
+        Ok(summary)
+    }
+
+    /// Commits parts already on disk, from a thread outside any async runtime: those whose
+    /// commit went through before (found by their dedup ids) are activated under the names
+    /// they got, the others reserved, committed and activated. On failure the parts not
+    /// committed stay where they are on disk.
+    pub(super) fn commit_written(&self, parts: Vec<WrittenPart>, rows: usize) -> Result<InsertSummary> {
         let (earlier, parts) = block_on(self.committed_earlier(parts))?;
         let committed = block_on(self.reserve_and_commit(parts, &[], None)).map_err(|(_, e)| e)?;
-        let mut summary = self.activate_committed(committed, record.rows)?;
+        let mut summary = self.activate_committed(committed, rows)?;
         for (part, name) in earlier {
             self.activate(part.commit(name.clone())?);
             summary.parts.push(name.to_string());
             metrics::counter!("mergestream_engine_parts_inserted_total").increment(1);
         }
-        std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
-        crate::part::sync_dir(&self.dir)?;
         Ok(summary)
     }
 

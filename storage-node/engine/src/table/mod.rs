@@ -5,6 +5,7 @@
 //! (`Arc`s of the parts), so a part that a merge outdated stays on disk until the last reader
 //! lets go of it.
 
+pub mod attach;
 mod fetch;
 mod final_read;
 pub mod insert;

@@ -303,3 +303,41 @@ fn an_empty_part_in_place_of_a_lost_one_is_read_merged_and_reopened() {
     let parts: Vec<(String, u64)> = table.parts_info().iter().map(|p| (p.name.clone(), p.rows)).collect();
     assert_eq!(parts, vec![("all_1_5_1".to_string(), 10)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parts_detached_for_a_restore_are_attached_back_in_insertion_order_under_new_blocks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = Arc::new(Table::create(&dir.path().join("t"), def(TableSettings::default()), &LOCAL).expect("create"));
+    for range in [0..10, 10..15, 15..30] {
+        let t = table.clone();
+        tokio::task::spawn_blocking(move || t.insert(block(&t, range), &InsertOptions::default()).expect("insert"))
+            .await
+            .expect("insert task");
+    }
+    let t = table.clone();
+    let (detached, pending) =
+        tokio::task::spawn_blocking(move || (t.detach_all_for_restore().expect("detach"), t.detached_for_restore()))
+            .await
+            .expect("detach task");
+    let pending = pending.expect("list");
+    assert_eq!(detached, 3);
+    assert!(table.snapshot().is_empty(), "the table is empty while its parts are detached");
+    let names: Vec<String> =
+        pending.iter().map(|p| p.file_name().expect("name").to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["restore_all_1_1_0", "restore_all_2_2_0", "restore_all_3_3_0"]);
+    let mut attached = Vec::new();
+    for dir in pending {
+        attached.push(table.attach_detached(dir).await.expect("attach"));
+    }
+    use crate::table::attach::Attached;
+    let expected = ["all_4_4_0", "all_5_5_0", "all_6_6_0"].map(|n| Attached::As(n.to_string()));
+    assert_eq!(attached, expected);
+    let sizes: Vec<u64> = table.snapshot().iter().map(|p| p.meta.rows).collect();
+    assert_eq!(sizes, [10, 5, 15], "each part kept its rows, in the order they were inserted");
+    let t = table.clone();
+    assert!(tokio::task::spawn_blocking(move || t.detached_for_restore())
+        .await
+        .expect("task")
+        .expect("list")
+        .is_empty());
+}

@@ -96,6 +96,10 @@ pub enum Statement {
     RestartReplica {
         table: String,
     },
+    /// `SYSTEM RESTORE REPLICA t`.
+    RestoreReplica {
+        table: String,
+    },
     Set {
         settings: Vec<(String, String)>,
     },
@@ -118,12 +122,15 @@ fn parse_system(c: &mut Cursor) -> Result<Statement> {
     if c.eat_words(&["RESTART", "REPLICA"]) {
         return Ok(Statement::RestartReplica { table: c.table_name()? });
     }
+    if c.eat_words(&["RESTORE", "REPLICA"]) {
+        return Ok(Statement::RestoreReplica { table: c.table_name()? });
+    }
     let stop = if c.eat_word("STOP") {
         true
     } else if c.eat_word("START") {
         false
     } else {
-        return Err(c.error("expected STOP, START, SYNC REPLICA or RESTART REPLICA"));
+        return Err(c.error("expected STOP, START, SYNC REPLICA, RESTART REPLICA or RESTORE REPLICA"));
     };
     let switch = if c.eat_word("MERGES") {
         None
@@ -270,5 +277,16 @@ mod tests {
         let expected = [("alter_sync", "2"), ("receive_timeout", "5")].map(|(k, v)| (k.to_string(), v.to_string()));
         assert_eq!(settings, expected);
         assert!(parse("OPTIMIZE TABLE t SETTINGS").is_err(), "a setting must follow SETTINGS");
+    }
+
+    #[test]
+    fn system_restore_replica_names_its_table() {
+        let Statement::RestoreReplica { table } = parse("SYSTEM RESTORE REPLICA default.events").expect("parses")
+        else {
+            panic!("not a RESTORE REPLICA");
+        };
+        assert_eq!(table, "events");
+        let error = parse("SYSTEM RESTORE REPLICA").expect_err("a table must follow").to_string();
+        assert!(error.contains("1:23"), "{error}");
     }
 }
