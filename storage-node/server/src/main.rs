@@ -2,6 +2,7 @@
 //! mergestream: it runs SQL statements against a data directory and prints the results.
 //! `storage-node serve` keeps the data directory open and serves the gRPC insert service.
 
+mod config;
 mod ingest;
 mod interserver;
 mod ipc;
@@ -33,6 +34,8 @@ enum Command {
     Serve(ServeArgs),
     /// Run SQL statements on a serving storage node and print the last one's output.
     Client(ClientArgs),
+    /// Print a `serve --config` file with every setting and its default.
+    ConfigExample,
 }
 
 #[derive(clap::Args)]
@@ -50,25 +53,29 @@ struct ClientArgs {
 
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// A TOML file with any of these settings (`storage-node config-example` prints one);
+    /// flags given here win over it.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// The data directory (created if missing).
     #[arg(long)]
-    path: PathBuf,
-    /// Where the gRPC service listens.
-    #[arg(long, default_value = "127.0.0.1:9100")]
-    grpc_addr: std::net::SocketAddr,
-    /// The coordinator (or ZooKeeper) hosts, `host:port[,host:port…]`. Needed for inserts that
-    /// commit a source offset with their block.
+    path: Option<PathBuf>,
+    /// Where the gRPC service listens [default: 127.0.0.1:9100].
+    #[arg(long)]
+    grpc_addr: Option<std::net::SocketAddr>,
+    /// The coordinator (or ZooKeeper) hosts, `host:port[,host:port…]`. Needed for replicated
+    /// tables and for inserts that commit a source offset with their block.
     #[arg(long)]
     coordinator: Option<String>,
-    /// The coordinator session timeout in milliseconds.
-    #[arg(long, default_value_t = 10_000)]
-    session_timeout_ms: u64,
+    /// The coordinator session timeout in milliseconds [default: 10000].
+    #[arg(long)]
+    session_timeout_ms: Option<u64>,
     /// Where Prometheus metrics are served.
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
-    /// Threads running background merges.
-    #[arg(long, default_value_t = 2)]
-    merge_threads: usize,
+    /// Threads running background merges [default: 2].
+    #[arg(long)]
+    merge_threads: Option<usize>,
     /// This node's name as a replica of its replicated tables (the `{replica}` macro).
     #[arg(long)]
     replica: Option<String>,
@@ -78,6 +85,28 @@ struct ServeArgs {
     /// A macro of replicated tables' paths, `KEY=VALUE` (`--macro shard=01`); repeatable.
     #[arg(long = "macro", value_parser = parse_macro)]
     macros: Vec<(String, String)>,
+}
+
+impl ServeArgs {
+    /// The settings after these flags, the config file and the defaults.
+    fn resolve(self) -> Result<config::ServeConfig, config::ConfigError> {
+        let file = match &self.config {
+            Some(path) => config::ServeFile::read(path)?,
+            None => config::ServeFile::default(),
+        };
+        let flags = config::ServeFlags {
+            path: self.path,
+            grpc_addr: self.grpc_addr,
+            coordinator: self.coordinator,
+            session_timeout_ms: self.session_timeout_ms,
+            metrics_addr: self.metrics_addr,
+            merge_threads: self.merge_threads,
+            replica: self.replica,
+            interserver_addr: self.interserver_addr,
+            macros: self.macros,
+        };
+        config::ServeConfig::resolve(flags, file)
+    }
 }
 
 fn parse_macro(text: &str) -> Result<(String, String), String> {
@@ -129,6 +158,10 @@ fn main() -> ExitCode {
         Command::Local(args) => run_local(args),
         Command::Serve(args) => run_serve(args),
         Command::Client(args) => run_client(args),
+        Command::ConfigExample => {
+            print!("{}", config::example());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -201,6 +234,7 @@ fn run_script(
 }
 
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    let args = args.resolve()?;
     if let Some(addr) = args.metrics_addr {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
