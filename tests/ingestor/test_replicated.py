@@ -3,6 +3,7 @@ node and its offset node commit in one multi on the coordinator, exactly once, a
 ingestors and the storage node are SIGKILLed."""
 
 import json
+import random
 import re
 import time
 
@@ -283,7 +284,8 @@ def serving_node(process, nodes):
     return next(n for n in nodes if ports and n.client_port == int(ports[-1]))
 
 
-def test_exactly_once_while_the_coordinator_leader_is_killed(tmp_path, broker, topic):
+@pytest.mark.parametrize("seed", [31, 32])
+def test_exactly_once_while_the_coordinator_leader_is_killed(tmp_path, broker, topic, seed):
     """Two ingestors stream into two replicas over a three-node coordinator whose leader is
     SIGKILLed twice (and started again) while messages flow: the sessions of the storage
     nodes and ingestors move to the other nodes, a block whose commit answer was lost is
@@ -300,27 +302,31 @@ def test_exactly_once_while_the_coordinator_leader_is_killed(tmp_path, broker, t
             args = ["--replica", name, "--macro", "shard=07", "--interserver-addr", f"127.0.0.1:{free_port()}"]
             replicas.append(StorageNode(tmp_path, hosts, name=name, extra_args=args).start())
         r1, r2 = replicas
-        table = "repleader"
+        table = f"repleader{seed}"
         broker.create_topic(topic, PARTITIONS)
         pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=ENGINE, settings=KEEP_LOG)
         a = Ingestor(tmp_path, pipeline, [r1, r2], hosts, name="a").start()
         b = Ingestor(tmp_path, pipeline, [r2, r1], hosts, name="b").start()
         wait_for_rows(r1, table, 0)
         wait_for_rows(r2, table, 0)
+        # At random moments: the leader first, then the node ingestor a's session is on (so
+        # that it must move), each started again one or two chunks later.
+        rng = random.Random(seed)
+        kills = {rng.randint(1, 3): "leader", rng.randint(5, 7): "serving"}
+        restarts = {at + rng.randint(1, 2) for at in kills}
         killed = None
         for chunk in range(10):
-            # The leader first; then the node ingestor a's session is on, so that it must move.
-            if chunk == 2:
-                killed = leader_of(nodes)
-                killed.kill()
-            if chunk == 6:
-                killed = serving_node(a, nodes)
-                killed.kill()
-            if chunk in (4, 8) and killed is not None:
+            if chunk in restarts and killed is not None:
                 killed.start()
                 killed = None
+            if chunk in kills:
+                time.sleep(rng.uniform(0.0, 0.5))
+                killed = leader_of(nodes) if kills[chunk] == "leader" else serving_node(a, nodes)
+                killed.kill()
             broker.produce(topic, messages(range(chunk * 1000, (chunk + 1) * 1000)))
             time.sleep(0.5)
+        if killed is not None:
+            killed.start()
         for replica in replicas:
             wait_for_rows(replica, table, n, timeout=180)
         time.sleep(2)  # late duplicates, if there were any, would land now

@@ -107,3 +107,35 @@ def test_restore_of_a_local_table_is_refused(replicas):
     r1.query("CREATE TABLE plain (k UInt64) ENGINE = MergeTree ORDER BY k")
     status, _, stderr = r1.run("SYSTEM RESTORE REPLICA plain")
     assert status != 0 and "is not replicated" in stderr, stderr
+
+
+def test_a_restore_cut_short_by_a_crash_goes_on_when_run_again(tmp_path, keeper_hosts, kazoo, table):
+    """The replica dies right after attaching its first part back (failpoint): the others are
+    still in detached/restore_*; after the restart, RESTORE REPLICA attaches them (the replica's
+    nodes are there, so it goes on instead of refusing) and every row is there once."""
+    r1 = Replica(tmp_path, keeper_hosts, "r1").start()
+    try:
+        r1.query(f"CREATE TABLE {table} (k UInt64, v String) ENGINE = ReplicatedMergeTree({PATH}) "
+                 f"PARTITION BY k % 2 ORDER BY k")
+        for i in range(3):
+            r1.query(f"INSERT INTO {table} VALUES ({2 * i}, 'a{i}'), ({2 * i + 1}, 'b{i}')")
+        before = state(r1, table)
+        kazoo.delete(zk_path(table), recursive=True)
+        r1.stop()
+        r1.env = {"MERGESTREAM_LOG": "info", "MERGESTREAM_FAILPOINTS": "restore-after-first-attach"}
+        r1.start()
+        wait_until(lambda: read_only(r1, table), 30, "the replica read-only")
+        status, _, _ = r1.run(f"SYSTEM RESTORE REPLICA {table}")
+        assert status != 0 and not r1.alive(), "the replica died at the failpoint"
+        detached = r1.path / "data" / "default" / table / "detached"
+        assert len([d for d in detached.iterdir() if d.name.startswith("restore_")]) == 5
+        r1.env = {"MERGESTREAM_LOG": "info"}
+        r1.start()
+        r1.query(f"SYSTEM RESTORE REPLICA {table}")
+        assert state(r1, table) == before
+        assert len(kazoo.get_children(f"{zk_path(table)}/replicas/r1/parts")) == 6
+        assert not [d for d in detached.iterdir() if d.name.startswith("restore_")]
+        status, _, stderr = r1.run(f"SYSTEM RESTORE REPLICA {table}")
+        assert status != 0 and "Replica has metadata in ZooKeeper" in stderr, stderr
+    finally:
+        r1.stop()

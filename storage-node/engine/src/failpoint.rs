@@ -9,6 +9,9 @@ use std::sync::OnceLock;
 /// After the coordinator took an insert's commit, before its parts are renamed into place.
 pub const AFTER_COMMIT_BEFORE_ACTIVATION: &str = "after-commit-before-activation";
 
+/// SYSTEM RESTORE REPLICA, right after it attached its first part back: a restore cut short.
+pub const RESTORE_AFTER_FIRST_ATTACH: &str = "restore-after-first-attach";
+
 /// The start of a storage node waits this long before resolving its prepared inserts, as
 /// when the coordinator is slow to answer after a crash.
 pub const SLOW_RECOVERY: &str = "slow-recovery";

@@ -79,6 +79,7 @@ impl ReplicationQueue {
                 Attached::As(_) => attached += 1,
                 Attached::Duplicate => duplicates += 1,
             }
+            mergestream_engine::failpoint::hit(mergestream_engine::failpoint::RESTORE_AFTER_FIRST_ATTACH);
         }
         info!(
             table = self.paths.table,

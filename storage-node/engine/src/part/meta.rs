@@ -66,9 +66,51 @@ pub fn checksum_file(path: &Path) -> Result<FileChecksum> {
     Ok(FileChecksum { size, crc32: hasher.finalize() })
 }
 
+/// A file being written whose size and CRC32 are taken on the way, equal to what
+/// [`checksum_file`] would read back: a fetched part is checked as it arrives instead of
+/// being read again once it is on disk.
+pub struct ChecksummedFile {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+    hasher: crc32fast::Hasher,
+    size: u64,
+}
+
+impl ChecksummedFile {
+    pub fn create(path: &Path) -> Result<ChecksummedFile> {
+        let file = std::fs::File::create(path).map_err(EngineError::io(path))?;
+        Ok(ChecksummedFile { path: path.to_path_buf(), file, hasher: crc32fast::Hasher::new(), size: 0 })
+    }
+
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        self.file.write_all(bytes).map_err(EngineError::io(&self.path))?;
+        self.hasher.update(bytes);
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Synced to disk; its size and CRC.
+    pub fn finish(self) -> Result<FileChecksum> {
+        self.file.sync_all().map_err(EngineError::io(&self.path))?;
+        Ok(FileChecksum { size: self.size, crc32: self.hasher.finalize() })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_checksummed_as_written_is_checksummed_as_read_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let mut file = ChecksummedFile::create(&path).expect("create");
+        for chunk in [&b"abc"[..], &[7u8; 300_000][..], b""] {
+            file.write(chunk).expect("write");
+        }
+        assert_eq!(file.finish().expect("finish"), checksum_file(&path).expect("read back"));
+    }
 
     #[test]
     fn a_file_checksummed_by_chunks_is_checksummed_whole() {

@@ -50,6 +50,19 @@ impl DataPart {
         Ok(DataPart { name, dir: dir.to_path_buf(), meta, bytes_on_disk, index, outdated: AtomicBool::new(false) })
     }
 
+    /// Opens a part directory whose files were checked against `meta` as they were written
+    /// (a fetched part): only its index is read.
+    pub fn open_checked(dir: &Path, meta: PartMeta) -> Result<DataPart> {
+        let dir_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = PartName::parse(dir_name).ok_or_else(|| EngineError::CorruptPart {
+            part: dir_name.to_string(),
+            message: "not a part name".into(),
+        })?;
+        let index = reader::read_index(&dir.join(meta::INDEX_FILE))?;
+        let bytes_on_disk = meta.files.values().map(|f| f.size).sum();
+        Ok(DataPart { name, dir: dir.to_path_buf(), meta, bytes_on_disk, index, outdated: AtomicBool::new(false) })
+    }
+
     pub fn rows(&self) -> u64 {
         self.meta.rows
     }

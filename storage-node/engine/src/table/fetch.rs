@@ -49,24 +49,40 @@ impl Table {
     }
 
     /// Makes a fetched part active, after checking that its files are the ones `expected`
-    /// names (sizes and CRCs, as the part's node in the coordinator records them) and that
-    /// they are whole. A part that fails either is refused and its directory removed.
+    /// names (sizes and CRCs, as the part's node in the coordinator records them), that its
+    /// `meta.json` says so too, and that `received` (the sizes and CRCs taken as the files
+    /// were written) matches. A part that fails any is refused and its directory removed.
     pub fn add_fetched(
         &self,
         fetched: &Path,
         name: &PartName,
         expected: &BTreeMap<String, FileChecksum>,
+        received: &BTreeMap<String, FileChecksum>,
     ) -> Result<()> {
         let refuse = |message: String| {
             let _ = std::fs::remove_dir_all(fetched);
             EngineError::CorruptPart { part: name.to_string(), message }
         };
-        let (meta, _, _) = match crate::part::verified_files(fetched, &name.to_string()) {
-            Ok(verified) => verified,
+        let meta = match crate::part::PartMeta::read(fetched) {
+            Ok(meta) if meta.format_version == crate::part::meta::FORMAT_VERSION => meta,
+            Ok(meta) => return Err(refuse(format!("unknown part format version {}", meta.format_version))),
             Err(e) => return Err(refuse(format!("the fetched part is damaged: {e}"))),
         };
         if &meta.files != expected {
             return Err(refuse("the fetched part's files differ from those its replica committed".into()));
+        }
+        for (file, wanted) in expected {
+            match received.get(file) {
+                Some(got) if got == wanted => {}
+                Some(got) => {
+                    return Err(refuse(format!(
+                        "the fetched part is damaged: checksum mismatch in {file}: expected size {} crc32 {:08x}, \
+                         found size {} crc32 {:08x}",
+                        wanted.size, wanted.crc32, got.size, got.crc32
+                    )))
+                }
+                None => return Err(refuse(format!("the fetched part is damaged: {file} was not sent"))),
+            }
         }
         crate::part::sync_dir(fetched)?;
         if self.has_part_or_covering(name) {
@@ -76,7 +92,7 @@ impl Table {
         let target = self.dir.join(name.to_string());
         std::fs::rename(fetched, &target).map_err(EngineError::io(&target))?;
         crate::part::sync_dir(&self.dir)?;
-        let part = DataPart::open(&target)?;
+        let part = DataPart::open_checked(&target, meta)?;
         // A merged part fetched instead of merged here replaces the sources it covers.
         let covered: Vec<Arc<DataPart>> = {
             let mut state = self.lock_state();
