@@ -1,6 +1,5 @@
 //! `coordinator serve`: one node of the Keeper.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -9,6 +8,8 @@ use clap::{Parser, Subcommand};
 use mergestream_coordinator::node::{Coordinator, NodeConfig};
 use mergestream_coordinator::raft::transport::ClusterKey;
 use mergestream_coordinator::server;
+
+mod serve_config;
 
 #[derive(Parser)]
 #[command(name = "coordinator", about = "mergestream's Keeper: ZooKeeper protocol, replicated with Raft")]
@@ -20,30 +21,37 @@ struct Cli {
 #[derive(Subcommand)]
 enum Commands {
     /// Run one node. Alone it is a cluster of one; with --peer it joins the others.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Print a `serve --config` file with every setting and its default.
+    ConfigExample,
 }
 
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// A TOML file with any of these settings (`coordinator config-example` prints one);
+    /// flags given here win over it.
     #[arg(long)]
-    node_id: u64,
+    config: Option<PathBuf>,
+    #[arg(long)]
+    node_id: Option<u64>,
     /// Where ZooKeeper clients connect.
     #[arg(long)]
-    client_addr: SocketAddr,
+    client_addr: Option<SocketAddr>,
     /// Where the other nodes reach this one.
     #[arg(long)]
-    raft_addr: SocketAddr,
+    raft_addr: Option<SocketAddr>,
     #[arg(long)]
-    data_dir: PathBuf,
+    data_dir: Option<PathBuf>,
     /// Another member, as ID=HOST:PORT (its Raft address); repeat for each.
     #[arg(long = "peer", value_parser = parse_peer)]
     peers: Vec<(u64, String)>,
-    /// ZooKeeper's tickTime in milliseconds: session timeouts are held between 2 and 20 ticks.
-    #[arg(long, default_value_t = 2000)]
-    tick_ms: u32,
-    /// Take a snapshot (and compact the log) after this many entries.
-    #[arg(long, default_value_t = 10_000)]
-    snapshot_every: u64,
+    /// ZooKeeper's tickTime in milliseconds: session timeouts are held between 2 and 20 ticks
+    /// [default: 2000].
+    #[arg(long)]
+    tick_ms: Option<u32>,
+    /// Take a snapshot (and compact the log) after this many entries [default: 10000].
+    #[arg(long)]
+    snapshot_every: Option<u64>,
     /// Serve Prometheus metrics on this address.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
@@ -52,9 +60,32 @@ struct ServeArgs {
     #[arg(long, env = "MERGESTREAM_CLUSTER_SECRET_FILE")]
     cluster_secret_file: Option<PathBuf>,
     /// How long a client connection may take to send its handshake before it is closed
-    /// (ZooKeeper's zookeeper.nio.sessionlessCnxnTimeout).
-    #[arg(long, default_value_t = 10_000)]
-    handshake_timeout_ms: u64,
+    /// (ZooKeeper's zookeeper.nio.sessionlessCnxnTimeout) [default: 10000].
+    #[arg(long)]
+    handshake_timeout_ms: Option<u64>,
+}
+
+impl ServeArgs {
+    /// The settings after these flags, the config file and the defaults.
+    fn resolve(self) -> Result<serve_config::ServeConfig, mergestream_cli::ConfigError> {
+        let file = match &self.config {
+            Some(path) => mergestream_cli::read_toml(path)?,
+            None => serve_config::ServeFile::default(),
+        };
+        let flags = serve_config::ServeFlags {
+            node_id: self.node_id,
+            client_addr: self.client_addr,
+            raft_addr: self.raft_addr,
+            data_dir: self.data_dir,
+            tick_ms: self.tick_ms,
+            snapshot_every: self.snapshot_every,
+            metrics_addr: self.metrics_addr,
+            cluster_secret_file: self.cluster_secret_file,
+            handshake_timeout_ms: self.handshake_timeout_ms,
+            peers: self.peers,
+        };
+        serve_config::ServeConfig::resolve(flags, file)
+    }
 }
 
 fn parse_peer(s: &str) -> Result<(u64, String), String> {
@@ -64,27 +95,22 @@ fn parse_peer(s: &str) -> Result<(u64, String), String> {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,openraft=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let Commands::Serve(args) = Cli::parse().command;
+    mergestream_cli::init_logging("info,openraft=warn");
+    let args = match Cli::parse().command {
+        Commands::Serve(args) => args.resolve()?,
+        Commands::ConfigExample => {
+            print!("{}", serve_config::example());
+            return Ok(());
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(serve(args))
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let mut peers = BTreeMap::new();
-    for (id, addr) in args.peers {
-        if id == args.node_id {
-            bail!("--peer {id}={addr} has this node's own id");
-        }
-        if peers.insert(id, addr).is_some() {
-            bail!("peer {id} is given twice");
-        }
+async fn serve(args: serve_config::ServeConfig) -> anyhow::Result<()> {
+    let peers = args.peers;
+    if let Some(addr) = peers.get(&args.node_id) {
+        bail!("peer {}={addr} has this node's own id", args.node_id);
     }
     if args.tick_ms == 0 {
         bail!("--tick-ms must be positive");

@@ -10,6 +10,8 @@ use mergestream_ingestor::runner::{RunOptions, Runner};
 use mergestream_ingestor::source::kafka::Kafka;
 use mergestream_ingestor::source::nats::Nats;
 
+mod run_config;
+
 #[derive(Parser)]
 #[command(name = "ingestor", version, about = "Kafka and NATS JetStream → mergestream tables, exactly once")]
 struct Cli {
@@ -26,39 +28,59 @@ enum Command {
     },
     /// Run a pipeline until SIGTERM or Ctrl-C, then flush and commit what is buffered.
     Run(RunArgs),
+    /// Print a `run --config` file with every setting and its default.
+    ConfigExample,
 }
 
 #[derive(clap::Args)]
 struct RunArgs {
+    /// A TOML file with any of these settings (`ingestor config-example` prints one); flags
+    /// given here win over it.
     #[arg(long)]
-    pipeline: PathBuf,
+    config: Option<PathBuf>,
+    #[arg(long)]
+    pipeline: Option<PathBuf>,
     /// The storage node's gRPC address; for replicated tables, each replica's (repeated, or
-    /// comma-separated): a block whose node is out of reach goes to the next.
-    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:9100")]
+    /// comma-separated): a block whose node is out of reach goes to the next
+    /// [default: 127.0.0.1:9100].
+    #[arg(long, value_delimiter = ',')]
     storage_node: Vec<String>,
-    /// The coordinator (or ZooKeeper) hosts, host:port[,host:port…].
-    #[arg(long, default_value = "127.0.0.1:2181")]
-    coordinator: String,
+    /// The coordinator (or ZooKeeper) hosts, host:port[,host:port…] [default: 127.0.0.1:2181].
+    #[arg(long)]
+    coordinator: Option<String>,
     /// This instance's name in the coordinator (default: host name and process id).
     #[arg(long)]
     instance: Option<String>,
-    /// The coordinator session timeout: how long a dead ingestor keeps its partitions.
-    #[arg(long, default_value_t = 6000)]
-    session_timeout_ms: u64,
+    /// The coordinator session timeout: how long a dead ingestor keeps its partitions
+    /// [default: 6000].
+    #[arg(long)]
+    session_timeout_ms: Option<u64>,
     /// Where Prometheus metrics are served.
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
 }
 
+impl RunArgs {
+    /// The settings after these flags, the config file and the defaults.
+    fn resolve(self) -> Result<run_config::RunConfig, mergestream_cli::ConfigError> {
+        let file = match &self.config {
+            Some(path) => mergestream_cli::read_toml(path)?,
+            None => run_config::RunFile::default(),
+        };
+        let flags = run_config::RunFlags {
+            pipeline: self.pipeline,
+            storage_nodes: self.storage_node,
+            coordinator: self.coordinator,
+            instance: self.instance,
+            session_timeout_ms: self.session_timeout_ms,
+            metrics_addr: self.metrics_addr,
+        };
+        run_config::RunConfig::resolve(flags, file)
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MERGESTREAM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    mergestream_cli::init_logging("info");
     match Cli::parse().command {
         Command::Check { pipeline } => match Pipeline::load(&pipeline) {
             Ok(p) => {
@@ -79,7 +101,11 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Run(args) => match run(args) {
+        Command::ConfigExample => {
+            print!("{}", run_config::example());
+            ExitCode::SUCCESS
+        }
+        Command::Run(args) => match args.resolve().map_err(anyhow::Error::from).and_then(run) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e:#}");
@@ -89,7 +115,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: RunArgs) -> anyhow::Result<()> {
+fn run(args: run_config::RunConfig) -> anyhow::Result<()> {
     let pipeline = Pipeline::load(&args.pipeline)?;
     if let Some(addr) = args.metrics_addr {
         metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr).install()?;
@@ -99,7 +125,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         format!("{host}-{}", std::process::id())
     });
     let options = RunOptions {
-        storage_nodes: args.storage_node,
+        storage_nodes: args.storage_nodes,
         coordinator: args.coordinator,
         instance,
         session_timeout: Duration::from_millis(args.session_timeout_ms),

@@ -277,7 +277,12 @@ impl PartCommitter for ReplicatedCommitter {
             if quorum::required(&k, &self.paths, q).await? <= 1 {
                 return Ok(());
             }
-            quorum::wait(&k, &self.paths, q, parts, duplicate_ids).await
+            // A block found committed already waits for the quorum of the part it went into.
+            let mut names = parts.to_vec();
+            for id in duplicate_ids {
+                names.extend(self.block_part(id).await?);
+            }
+            quorum::wait(&k, &self.paths, q, &names).await
         })
     }
 

@@ -163,6 +163,12 @@ fn fetch_rather_than_merge(table: &Table, entry: &LogEntry, sources: &[PartName]
     age >= settings.prefer_fetch_merged_part_time_threshold && bytes >= settings.prefer_fetch_merged_part_size_threshold
 }
 
+/// The last component of a coordinator path: a queue entry's node name, as the queue's
+/// bookkeeping keys its tries.
+fn node_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or_default()
+}
+
 pub(crate) fn now_secs() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -535,7 +541,7 @@ impl ReplicationQueue {
     /// Whether this queue entry failed once already: a part is declared lost only on a
     /// second look, a back-off after the first.
     fn failed_before(&self, queue_entry: &str) -> bool {
-        let name = queue_entry.rsplit('/').next().unwrap_or_default();
+        let name = node_name(queue_entry);
         self.lock().get(name).is_some_and(|tries| tries.num_tries > 0)
     }
 
@@ -683,7 +689,7 @@ impl ReplicationQueue {
     ) -> Result<Option<String>> {
         let missing: Vec<&PartName> = sources.iter().filter(|p| table.active_part(&p.to_string()).is_none()).collect();
         let queue_dir = self.paths.of_replica("queue");
-        let this = queue_entry.rsplit('/').next().unwrap_or_default();
+        let this = node_name(queue_entry);
         let mut names = match k.children(&queue_dir).await {
             Ok(names) => names,
             Err(e) => return Err(self.lost(e).await),

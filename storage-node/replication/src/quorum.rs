@@ -175,26 +175,13 @@ pub fn open_ops<'a>(
     (txn, index)
 }
 
-/// Waits until the quorum of each of `parts` and of the parts that the blocks `duplicate_ids`
-/// were committed as is reached, until the quorum's timeout.
-pub async fn wait(
-    k: &Keeper,
-    paths: &ReplicaPaths,
-    quorum: &Quorum,
-    parts: &[String],
-    duplicate_ids: &[String],
-) -> Result<()> {
+/// Waits until the quorum of each of the parts `names` is reached, until the quorum's timeout.
+pub async fn wait(k: &Keeper, paths: &ReplicaPaths, quorum: &Quorum, names: &[String]) -> Result<()> {
     let deadline = Instant::now() + quorum.timeout;
-    let mut names = parts.to_vec();
-    for id in duplicate_ids {
-        if let Some(block) = k.get(&paths.block(id)).await.map_err(keeper_error)? {
-            names.push(String::from_utf8_lossy(&block.data).into_owned());
-        }
-    }
     if names.is_empty() {
         return Ok(());
     }
-    for name in &names {
+    for name in names {
         wait_gone(k, &parallel_path(paths, name), name, deadline).await?;
         wait_gone(k, &status_path(paths), name, deadline).await?;
         let failed = paths.of_table(&format!("quorum/failed_parts/{name}"));

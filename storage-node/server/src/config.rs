@@ -13,15 +13,7 @@ pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:9100";
 pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_MERGE_THREADS: usize = 2;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read the config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{location}: {message}")]
-    Parse { location: String, message: String },
-    #[error("{0}")]
-    Invalid(String),
-}
+pub use mergestream_cli::ConfigError;
 
 /// The serve settings as a file holds them: all optional, unknown keys refused.
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -41,26 +33,14 @@ pub struct ServeFile {
 
 impl ServeFile {
     pub fn read(path: &Path) -> Result<ServeFile, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        ServeFile::parse(&text, &path.display().to_string())
+        mergestream_cli::read_toml(path)
     }
 
     /// `origin` names the text in errors (the file's path).
+    #[cfg(test)]
     pub fn parse(text: &str, origin: &str) -> Result<ServeFile, ConfigError> {
-        toml::from_str(text).map_err(|e| {
-            let (line, column) = e.span().map_or((1, 1), |span| line_and_column(text, span.start));
-            ConfigError::Parse { location: format!("{origin}:{line}:{column}"), message: e.message().to_string() }
-        })
+        mergestream_cli::parse_toml(text, origin)
     }
-}
-
-/// 1-based line and column (in characters) of a byte offset.
-fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
 }
 
 /// The serve settings after the flags, the file and the defaults.
