@@ -25,6 +25,8 @@ pub enum IngestError {
     /// same request cannot help, the configuration must change.
     #[error("the storage node at {addr} cannot take this pipeline's inserts: {message}")]
     StorageConfiguration { addr: String, message: String },
+    #[error("producing to {topic}: {message}")]
+    Produce { topic: String, message: String },
     #[error("a background task failed: {0}")]
     Task(String),
 }

@@ -8,12 +8,16 @@
 //!   inserts beside consumption, dead letters.
 //! - [`sink`]: the storage node's gRPC insert service, with the offset commit of each block.
 //! - [`ownership`]: partition ownership and positions in the coordinator.
+//! - [`sample`], [`produce`]: sample order events for the quickstart, and `ingestor produce`
+//!   writing them to Kafka.
 
 pub mod decode;
 pub mod error;
 pub mod ownership;
 pub mod pipeline;
+pub mod produce;
 pub mod runner;
+pub mod sample;
 pub mod sink;
 pub mod source;
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use mergestream_ingestor::pipeline::{Pipeline, PipelineError, Source};
+use mergestream_ingestor::produce::{produce, ProduceOptions};
 use mergestream_ingestor::runner::{RunOptions, Runner};
 use mergestream_ingestor::source::kafka::Kafka;
 use mergestream_ingestor::source::nats::Nats;
@@ -30,6 +31,36 @@ enum Command {
     Run(RunArgs),
     /// Print a `run --config` file with every setting and its default.
     ConfigExample,
+    /// Write sample order events (ids that repeat, updates, deletes) to a Kafka topic, created
+    /// when missing; prints, as JSON, what `orders FINAL` holds once they are ingested
+    /// (pipelines/quickstart.yaml).
+    Produce(ProduceArgs),
+}
+
+#[derive(clap::Args)]
+struct ProduceArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    #[arg(long, default_value = "orders")]
+    topic: String,
+    /// The topic's partitions, when it has to be created.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..))]
+    partitions: i32,
+    /// Messages to send.
+    #[arg(long, default_value_t = 10_000)]
+    count: u64,
+    /// Messages per second (0: as fast as the broker takes them).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Distinct order ids: fewer keys, more updates per order.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    keys: u64,
+    /// The share of events for an existing order that delete it.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u8).range(0..=100))]
+    delete_percent: u8,
+    /// The generator's seed: the same seed sends the same events.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(clap::Args)]
@@ -104,6 +135,28 @@ fn main() -> ExitCode {
         Command::ConfigExample => {
             print!("{}", run_config::example());
             ExitCode::SUCCESS
+        }
+        Command::Produce(args) => {
+            let options = ProduceOptions {
+                brokers: args.brokers,
+                topic: args.topic,
+                partitions: args.partitions,
+                count: args.count,
+                rate: args.rate,
+                keys: args.keys,
+                delete_percent: args.delete_percent,
+                seed: args.seed,
+            };
+            match produce(&options).map_err(anyhow::Error::from).and_then(|s| Ok(serde_json::to_string(&s)?)) {
+                Ok(expected) => {
+                    println!("{expected}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Run(args) => match args.resolve().map_err(anyhow::Error::from).and_then(run) {
             Ok(()) => ExitCode::SUCCESS,
