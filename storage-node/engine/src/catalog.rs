@@ -2,14 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 
 use crate::commit::{CommitterFactory, LocalCommitters};
 use crate::error::{EngineError, Result};
+use crate::merge_pool::{MergePool, MERGE_ASSIGN_DELAY, MERGE_RESCAN};
 use crate::names::escape_for_file_name;
 use crate::schema::TableDef;
 use crate::table::{Table, TABLE_DEF_FILE};
@@ -28,7 +27,7 @@ pub struct UnopenedTable {
 }
 
 /// The tables by name, shared with the merge pool's periodic rescan.
-type Tables = Arc<RwLock<BTreeMap<String, Arc<Table>>>>;
+pub(crate) type Tables = Arc<RwLock<BTreeMap<String, Arc<Table>>>>;
 
 pub struct Catalog {
     root: PathBuf,
@@ -81,7 +80,7 @@ impl Catalog {
         }
         metrics::gauge!("mergestream_engine_tables_unopened").set(unopened.len() as f64);
         let tables: Tables = Arc::new(RwLock::new(tables));
-        let merges = MergePool::start(merge_threads, MERGE_ASSIGN_DELAY, tables.clone());
+        let merges = MergePool::start(merge_threads, MERGE_ASSIGN_DELAY, MERGE_RESCAN, tables.clone());
         let catalog = Catalog { root, committers, tables, unopened, merges, ddl: Mutex::default() };
         for table in catalog.tables() {
             catalog.schedule_merges(&table);
@@ -224,96 +223,5 @@ impl Catalog {
     /// Asks the pool to merge the table's parts if its selector finds a merge.
     pub fn schedule_merges(&self, table: &Arc<Table>) {
         self.merges.schedule(table.clone());
-    }
-}
-
-/// How long after an insert (or START MERGES) a background merge is looked for. ClickHouse's
-/// scheduler also picks up new parts after a short while rather than at once, which gives a
-/// statement right after an insert (such as OPTIMIZE) the parts as inserted.
-const MERGE_ASSIGN_DELAY: Duration = Duration::from_millis(500);
-
-/// The nice value of merge threads. A background merge only rewrites parts already
-/// committed, so it gives way to inserts and queries when the CPU is short, as ClickHouse's
-/// background pool does with its lower thread priority; inserts slow down through
-/// parts_to_delay_insert if merges fall too far behind.
-const MERGE_THREAD_NICE: i32 = 10;
-
-/// How often the merge threads look at every table again, without an insert asking them to:
-/// the selector's base falls as parts age, so a merge not due at the last insert may be now.
-const MERGE_RESCAN: Duration = Duration::from_secs(15);
-
-/// A fixed number of threads running background merges.
-struct MergePool {
-    sender: Option<Sender<(Instant, Arc<Table>)>>,
-}
-
-impl MergePool {
-    fn start(threads: usize, delay: Duration, tables: Tables) -> MergePool {
-        if threads == 0 {
-            return MergePool { sender: None };
-        }
-        let (sender, receiver) = channel::<(Instant, Arc<Table>)>();
-        let receiver = Arc::new(Mutex::new(receiver));
-        for i in 0..threads {
-            let (receiver, tables) = (receiver.clone(), tables.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("merge-{i}"))
-                .spawn(move || merge_worker(&receiver, &tables, delay));
-            if let Err(e) = spawned {
-                warn!(error = %e, "cannot start a merge thread");
-            }
-        }
-        MergePool { sender: Some(sender) }
-    }
-
-    fn schedule(&self, table: Arc<Table>) {
-        if let Some(sender) = &self.sender {
-            // A closed channel means the process is shutting down; nothing to merge then.
-            let _ = sender.send((Instant::now(), table));
-        }
-    }
-}
-
-fn merge_worker(receiver: &Mutex<Receiver<(Instant, Arc<Table>)>>, tables: &Tables, delay: Duration) {
-    // On Linux the nice value is per thread: `None` is this thread alone.
-    if let Err(e) = rustix::process::setpriority_process(None, MERGE_THREAD_NICE) {
-        warn!(error = %e, "cannot lower the merge thread's priority");
-    }
-    loop {
-        let job = {
-            let receiver = receiver.lock().unwrap_or_else(|p| p.into_inner());
-            receiver.recv_timeout(MERGE_RESCAN)
-        };
-        match job {
-            Ok((scheduled, table)) => {
-                let due = scheduled + delay;
-                if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
-                merge_while_due(&table);
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                let tables: Vec<Arc<Table>> =
-                    tables.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-                for table in tables {
-                    merge_while_due(&table);
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => return,
-        }
-    }
-}
-
-/// Runs the table's merges one after the other while the selector finds one.
-fn merge_while_due(table: &Table) {
-    loop {
-        match table.merge_once() {
-            Ok(true) => continue,
-            Ok(false) => break,
-            Err(e) => {
-                warn!(table = table.name(), error = %e, "background merge failed");
-                break;
-            }
-        }
     }
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod failpoint;
 pub mod key_expr;
 pub mod merge;
+mod merge_pool;
 pub mod names;
 pub mod part;
 pub mod replica;

@@ -23,6 +23,11 @@ pub struct TableSettings {
     pub max_bytes_to_merge_at_max_space_in_pool: u64,
     /// At most this many parts go into one background merge.
     pub max_parts_to_merge_at_once: u64,
+    /// Parts whose youngest is at least this many seconds old merge whatever their sizes;
+    /// 0 disables it.
+    pub min_age_to_force_merge_seconds: u64,
+    /// The forced merge above takes a whole partition or nothing.
+    pub min_age_to_force_merge_on_partition_only: bool,
     /// How many recent insert block ids a replicated table keeps in `blocks/`; 0 disables dedup.
     pub replicated_deduplication_window: u64,
     /// Block ids younger than this many seconds are kept even past the window.
@@ -56,6 +61,8 @@ impl Default for TableSettings {
             allow_nullable_key: false,
             max_bytes_to_merge_at_max_space_in_pool: 150 * 1024 * 1024 * 1024,
             max_parts_to_merge_at_once: 100,
+            min_age_to_force_merge_seconds: 0,
+            min_age_to_force_merge_on_partition_only: false,
             replicated_deduplication_window: 10000,
             replicated_deduplication_window_seconds: 3600,
             max_replicated_logs_to_keep: 1000,
@@ -110,6 +117,8 @@ impl TableSettings {
             "allow_nullable_key" => self.allow_nullable_key = flag(value)?,
             "max_bytes_to_merge_at_max_space_in_pool" => self.max_bytes_to_merge_at_max_space_in_pool = uint(value)?,
             "max_parts_to_merge_at_once" => self.max_parts_to_merge_at_once = uint(value)?,
+            "min_age_to_force_merge_seconds" => self.min_age_to_force_merge_seconds = uint(value)?,
+            "min_age_to_force_merge_on_partition_only" => self.min_age_to_force_merge_on_partition_only = flag(value)?,
             "replicated_deduplication_window" => self.replicated_deduplication_window = uint(value)?,
             "replicated_deduplication_window_seconds" => self.replicated_deduplication_window_seconds = uint(value)?,
             "max_replicated_logs_to_keep" => self.max_replicated_logs_to_keep = uint(value)?,

@@ -52,6 +52,9 @@ pub fn merge_pressure(count: usize, parts_to_delay_insert: u64) -> Pressure {
 /// - Among qualifying ranges the one with the lowest (bytes + n × fixed cost) / (n − 1.9)
 ///   wins: the cheapest merge per part removed, longer ranges preferred.
 ///
+/// - With `min_age_to_force_merge_seconds`, a range whose youngest part is at least that old
+///   qualifies whatever its sizes (with `…_on_partition_only`, only the whole partition does).
+///
 /// One rule of our own: once the partition is at `parts_to_delay_insert` the base is 1, so any
 /// adjacent parts merge. Without it a big part beside smaller ones never qualifies, and a
 /// partition stuck at `parts_to_throw_insert` would refuse every insert.
@@ -61,11 +64,21 @@ pub struct SizeTieredSelector {
     pub max_bytes: u64,
     pub base: f64,
     pub fixed_cost: u64,
+    /// `min_age_to_force_merge_seconds`; 0 disables it.
+    pub force_after_s: f64,
+    pub force_whole_partition_only: bool,
 }
 
 impl Default for SizeTieredSelector {
     fn default() -> Self {
-        SizeTieredSelector { max_parts: 100, max_bytes: 150 << 30, base: 5.0, fixed_cost: 5 << 20 }
+        SizeTieredSelector {
+            max_parts: 100,
+            max_bytes: 150 << 30,
+            base: 5.0,
+            fixed_cost: 5 << 20,
+            force_after_s: 0.0,
+            force_whole_partition_only: false,
+        }
     }
 }
 
@@ -119,7 +132,11 @@ impl MergeSelector for SizeTieredSelector {
                     continue;
                 }
                 let ratio = (sum as f64 + n * fixed) / (max as f64 + fixed);
-                if ratio < self.base(sum as f64, min_age, pressure) {
+                let whole = start == 0 && end + 1 == parts.len();
+                let forced = self.force_after_s > 0.0
+                    && min_age >= self.force_after_s
+                    && (whole || !self.force_whole_partition_only);
+                if !forced && ratio < self.base(sum as f64, min_age, pressure) {
                     continue;
                 }
                 let score = (sum as f64 + n * fixed) / (n - 1.9);
@@ -141,6 +158,21 @@ mod tests {
 
     fn parts(bytes: &[u64], age_s: f64) -> Vec<PartSize> {
         bytes.iter().map(|&b| PartSize { bytes: b, rows: b, age_s }).collect()
+    }
+
+    #[test]
+    fn parts_older_than_min_age_to_force_merge_merge_whatever_their_sizes() {
+        let forced = SizeTieredSelector { force_after_s: 60.0, ..Default::default() };
+        let (big_and_small, young) = (parts(&[900 * MIB, MIB], 61.0), parts(&[900 * MIB, MIB], 59.0));
+        assert_eq!(SizeTieredSelector::default().select(&big_and_small, CALM), None);
+        assert_eq!(forced.select(&big_and_small, CALM), Some(0..2));
+        assert_eq!(forced.select(&young, CALM), None, "the youngest part decides");
+        let mut mixed = parts(&[900 * MIB, MIB], 61.0);
+        mixed.push(PartSize { bytes: MIB, rows: MIB, age_s: 1.0 });
+        assert_eq!(forced.select(&mixed, CALM), Some(0..2), "a range of old parts within the partition");
+        let whole_only = SizeTieredSelector { force_whole_partition_only: true, ..forced };
+        assert_eq!(whole_only.select(&mixed, CALM), None, "on_partition_only: the whole partition or nothing");
+        assert_eq!(whole_only.select(&big_and_small, CALM), Some(0..2));
     }
 
     #[test]

@@ -164,6 +164,8 @@ impl Table {
         let selector = Box::new(SizeTieredSelector {
             max_parts: def.settings.max_parts_to_merge_at_once.max(2) as usize,
             max_bytes: def.settings.max_bytes_to_merge_at_max_space_in_pool,
+            force_after_s: def.settings.min_age_to_force_merge_seconds as f64,
+            force_whole_partition_only: def.settings.min_age_to_force_merge_on_partition_only,
             ..Default::default()
         });
         Ok(Table {
