@@ -360,20 +360,18 @@ def run(args):
 
         expected = producer.expected
         storage = ports["storage"]
-        stored = ("SELECT count() AS rows, uniqExact(id) AS ids, count(DISTINCT _part) AS parts FROM orders"
-                  "   -- without FINAL: versions that merges have not yet replaced")
-        print(f"\n{stored}")
-        print(client(bins, storage, stored, "PrettyCompact"), end="")
+        def show(query, comment=""):
+            print(f"\n{query}{comment}")
+            print(client(bins, storage, query, "PrettyCompact"), end="")
+
+        show("SELECT count() AS rows, uniqExact(id) AS ids, count(DISTINCT _part) AS parts FROM orders",
+             "   -- without FINAL: versions that merges have not yet replaced")
         final_query = "SELECT count() AS orders, sum(amount) AS amount FROM orders FINAL"
-        print(f"\n{final_query}   -- the latest version, deletes dropped")
-        print(client(bins, storage, final_query, "PrettyCompact"), end="")
+        show(final_query, "   -- the latest version, deletes dropped")
         by_status = ("SELECT status, count() AS orders, sum(amount) AS amount, round(avg(amount), 2) AS average "
                      "FROM orders FINAL GROUP BY status ORDER BY status")
-        print(f"\n{by_status}")
-        print(client(bins, storage, by_status, "PrettyCompact"), end="")
-        sample = "SELECT id, customer, amount, status, version FROM orders FINAL ORDER BY id LIMIT 5"
-        print(f"\n{sample}")
-        print(client(bins, storage, sample, "PrettyCompact"), end="")
+        show(by_status)
+        show("SELECT id, customer, amount, status, version FROM orders FINAL ORDER BY id LIMIT 5")
 
         got = client(bins, storage, final_query).split()
         got_status = [line.split("\t") for line in client(bins, storage, by_status).splitlines()]

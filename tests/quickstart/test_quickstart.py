@@ -65,15 +65,26 @@ def test_the_quickstart_shows_the_final_state_the_generator_produced_and_stops_e
     assert not wait_all_gone(pids, timeout=5), "every process is stopped when the quickstart ends"
 
 
-def test_ctrl_c_stops_every_process_it_started(tmp_path):
-    proc = subprocess.Popen([str(SCRIPT), "--free-ports", "--dir", str(tmp_path / "qs"), "--count", "1000000",
+def start_streaming(tmp_path):
+    """A quickstart that would produce for a long while, its output merged into one pipe."""
+    return subprocess.Popen([str(SCRIPT), "--free-ports", "--dir", str(tmp_path / "qs"), "--count", "1000000",
                              "--rate", "500"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+
+
+def read_until(proc, done):
+    """The output up to and including the first line for which `done` holds."""
     seen = ""
+    for line in proc.stdout:
+        seen += line
+        if done(line):
+            break
+    return seen
+
+
+def test_ctrl_c_stops_every_process_it_started(tmp_path):
+    proc = start_streaming(tmp_path)
     try:
-        for line in proc.stdout:
-            seen += line
-            if "produced" in line and "ingested" in line:
-                break
+        seen = read_until(proc, lambda line: "produced" in line and "ingested" in line)
         pids = started_pids(seen)
         assert "ingestor" in pids, seen
         proc.send_signal(signal.SIGINT)
@@ -86,14 +97,9 @@ def test_ctrl_c_stops_every_process_it_started(tmp_path):
 
 
 def test_a_killed_quickstart_leaves_nothing_running(tmp_path):
-    proc = subprocess.Popen([str(SCRIPT), "--free-ports", "--dir", str(tmp_path / "qs"), "--count", "1000000",
-                             "--rate", "500"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
-    seen = ""
+    proc = start_streaming(tmp_path)
     try:
-        for line in proc.stdout:
-            seen += line
-            if "started ingestor" in line:
-                break
+        seen = read_until(proc, lambda line: "started ingestor" in line)
         pids = started_pids(seen)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)

@@ -178,25 +178,13 @@ mod tests {
 
     use super::*;
     use crate::commit::LocalCommitters;
-    use crate::schema::{ColumnDef, EngineKind, TableDef};
+    use crate::schema::{EngineKind, TableDef};
     use crate::settings::TableSettings;
     use crate::table::InsertOptions;
     use crate::types::ChType;
 
     fn table(dir: &std::path::Path, name: &str, settings: TableSettings) -> Arc<Table> {
-        let def = TableDef {
-            name: name.into(),
-            columns: vec![ColumnDef { name: "k".into(), ty: ChType::UInt64 }],
-            engine: EngineKind::MergeTree,
-            partition_by: None,
-            order_by: vec!["k".into()],
-            primary_key: vec![],
-            sort_expressions: vec![],
-            defaults: Default::default(),
-            settings,
-            replication: None,
-            uuid: None,
-        };
+        let def = TableDef { settings, ..TableDef::for_tests(name, EngineKind::MergeTree, &[("k", ChType::UInt64)]) };
         Arc::new(Table::create(&dir.join(name), def, &LocalCommitters { coordination: None }).expect("create"))
     }
 

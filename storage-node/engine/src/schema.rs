@@ -100,6 +100,25 @@ pub struct TableDef {
 }
 
 impl TableDef {
+    /// A table of the given columns ordered by `k`, everything else default: the unit tests'
+    /// table.
+    #[cfg(test)]
+    pub(crate) fn for_tests(name: &str, engine: EngineKind, columns: &[(&str, ChType)]) -> TableDef {
+        TableDef {
+            name: name.into(),
+            columns: columns.iter().map(|(n, t)| ColumnDef { name: n.to_string(), ty: t.clone() }).collect(),
+            engine,
+            partition_by: None,
+            order_by: vec!["k".into()],
+            primary_key: vec![],
+            sort_expressions: vec![],
+            defaults: Default::default(),
+            settings: TableSettings::default(),
+            replication: None,
+            uuid: None,
+        }
+    }
+
     /// How many recent insert block ids count for deduplication: the replicated or the
     /// non-replicated window, by engine; 0 turns deduplication off.
     pub fn deduplication_window(&self) -> u64 {

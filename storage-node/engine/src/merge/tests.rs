@@ -8,24 +8,11 @@ use arrow::array::{
 use arrow::datatypes::{Float64Type, Int32Type, UInt64Type, UInt8Type};
 
 use super::*;
-use crate::schema::{ColumnDef, EngineKind, TableDef};
-use crate::settings::TableSettings;
+use crate::schema::{EngineKind, TableDef};
 use crate::types::ChType;
 
 fn table(engine: EngineKind, columns: &[(&str, ChType)]) -> TableDef {
-    TableDef {
-        name: "t".into(),
-        columns: columns.iter().map(|(n, t)| ColumnDef { name: n.to_string(), ty: t.clone() }).collect(),
-        engine,
-        partition_by: None,
-        order_by: vec!["k".into()],
-        primary_key: vec![],
-        sort_expressions: vec![],
-        defaults: Default::default(),
-        settings: TableSettings::default(),
-        replication: None,
-        uuid: None,
-    }
+    TableDef::for_tests("t", engine, columns)
 }
 
 /// Merges `parts` (each a list of columns) and returns the output batches concatenated.

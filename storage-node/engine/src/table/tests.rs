@@ -7,7 +7,7 @@ use arrow::datatypes::UInt64Type;
 
 use super::*;
 use crate::commit::{BoxFuture, Coordination, ExtraOp, LocalCommitters, Refusal};
-use crate::schema::{ColumnDef, EngineKind, TableDef};
+use crate::schema::{EngineKind, TableDef};
 use crate::settings::TableSettings;
 use crate::types::ChType;
 
@@ -15,20 +15,8 @@ const LOCAL: LocalCommitters = LocalCommitters { coordination: None };
 
 fn def(settings: TableSettings) -> TableDef {
     TableDef {
-        name: "t".into(),
-        columns: vec![
-            ColumnDef { name: "k".into(), ty: ChType::UInt64 },
-            ColumnDef { name: "v".into(), ty: ChType::UInt64 },
-        ],
-        engine: EngineKind::MergeTree,
-        partition_by: None,
-        order_by: vec!["k".into()],
-        primary_key: vec![],
-        sort_expressions: vec![],
-        defaults: Default::default(),
         settings,
-        replication: None,
-        uuid: None,
+        ..TableDef::for_tests("t", EngineKind::MergeTree, &[("k", ChType::UInt64), ("v", ChType::UInt64)])
     }
 }
 
