@@ -181,7 +181,7 @@ def end_to_end(tmp, broker, keeper, topic, n, run):
                   "broker_cpu_s": round(cpu_seconds(broker.proc.pid) - broker_cpu, 2)}
         metrics = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
         insert = {m.group(1): float(m.group(2)) for m in
-                  re.finditer(r"^mergestream_ingestor_insert_seconds_(sum|count) (\S+)$", metrics, re.M)}
+                  re.finditer(r"^mergestream_ingestor_insert_duration_seconds_(sum|count) (\S+)$", metrics, re.M)}
         result["blocks"] = int(insert.get("count", 0))
         result["mean_insert_s"] = round(insert.get("sum", 0) / max(insert.get("count", 1), 1), 3)
         # Committed means visible: the table shows every message, once.

@@ -228,7 +228,7 @@ def scrape(port):
         return None
     sums = {"rows": 0.0, "lag": 0.0}
     for line in text.splitlines():
-        for key, metric in (("rows", "mergestream_ingestor_rows_total"), ("lag", "mergestream_ingestor_consumer_lag")):
+        for key, metric in (("rows", "mergestream_ingestor_rows_total"), ("lag", "mergestream_ingestor_consumer_lag_messages")):
             if re.match(rf"{metric}(\{{|\s)", line):
                 sums[key] += float(line.rsplit(" ", 1)[1])
     return sums

@@ -24,6 +24,8 @@ enum Commands {
     Serve(Box<ServeArgs>),
     /// Print a `serve --config` file with every setting and its default.
     ConfigExample,
+    /// Print the table of every metric `serve --metrics-addr` exports (Markdown).
+    Metrics,
 }
 
 #[derive(clap::Args)]
@@ -102,6 +104,10 @@ fn main() -> anyhow::Result<()> {
             print!("{}", serve_config::example());
             return Ok(());
         }
+        Commands::Metrics => {
+            print!("{}", mergestream_telemetry::markdown_table(&[mergestream_coordinator::metrics::ALL]));
+            return Ok(());
+        }
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(serve(args))
@@ -128,7 +134,8 @@ async fn serve(args: serve_config::ServeConfig) -> anyhow::Result<()> {
         bail!("--handshake-timeout-ms must be positive");
     }
     if let Some(addr) = args.metrics_addr {
-        mergestream_coordinator::node::install_metrics_exporter(addr).context("starting the metrics exporter")?;
+        mergestream_cli::serve_metrics(addr, &[mergestream_coordinator::metrics::ALL])
+            .context("starting the metrics exporter")?;
     }
     let config = NodeConfig {
         node_id: args.node_id,

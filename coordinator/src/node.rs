@@ -245,9 +245,12 @@ impl Coordinator {
                 waiting.push(more);
             }
             let mut commands: Vec<Command> = waiting.iter_mut().flat_map(|w| std::mem::take(&mut w.commands)).collect();
-            metrics::histogram!("coordinator_commands_per_entry").record(commands.len() as f64);
+            metrics::histogram!(crate::metrics::COMMANDS_PER_ENTRY).record(commands.len() as f64);
             let command = if commands.len() == 1 { commands.remove(0) } else { Command::Batch(commands) };
-            let outcome = self.commit(command).await.map(|(index, result)| match result {
+            let proposed = Instant::now();
+            let outcome = self.commit(command).await;
+            metrics::histogram!(crate::metrics::COMMIT_DURATION).record(proposed.elapsed().as_secs_f64());
+            let outcome = outcome.map(|(index, result)| match result {
                 CommandResult::Batch(results) => results.into_iter().map(|r| (index, r)).collect(),
                 single => vec![(index, single)],
             });
@@ -376,7 +379,7 @@ impl Coordinator {
             };
             for session_id in expired {
                 tracing::info!(session = format_args!("0x{session_id:x}"), "session expired");
-                metrics::counter!("coordinator_sessions_expired_total").increment(1);
+                metrics::counter!(crate::metrics::SESSIONS_EXPIRED).increment(1);
                 let node = self.clone();
                 tokio::spawn(async move {
                     if let Err(e) = node.write(Command::CloseSession { session_id }).await {
@@ -394,11 +397,11 @@ impl Coordinator {
         loop {
             tick.tick().await;
             let m = self.raft.metrics().borrow().clone();
-            metrics::gauge!("coordinator_raft_term").set(m.current_term as f64);
-            metrics::gauge!("coordinator_raft_is_leader").set(if self.is_leader() { 1.0 } else { 0.0 });
-            metrics::gauge!("coordinator_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
-            metrics::gauge!("coordinator_raft_applied_index").set(m.last_applied.map_or(0, |l| l.index) as f64);
-            metrics::gauge!("coordinator_raft_snapshot_index").set(m.snapshot.map_or(0, |l| l.index) as f64);
+            metrics::gauge!(crate::metrics::RAFT_TERM).set(m.current_term as f64);
+            metrics::gauge!(crate::metrics::RAFT_IS_LEADER).set(if self.is_leader() { 1.0 } else { 0.0 });
+            metrics::gauge!(crate::metrics::RAFT_LAST_LOG_INDEX).set(m.last_log_index.unwrap_or(0) as f64);
+            metrics::gauge!(crate::metrics::RAFT_APPLIED_INDEX).set(m.last_applied.map_or(0, |l| l.index) as f64);
+            metrics::gauge!(crate::metrics::RAFT_SNAPSHOT_INDEX).set(m.snapshot.map_or(0, |l| l.index) as f64);
             if let Some(replication) = &m.replication {
                 // The leader's commit index: the highest entry a majority of the voters hold.
                 let mut matched: Vec<u64> = replication.values().map(|l| l.map_or(0, |l| l.index)).collect();
@@ -407,14 +410,14 @@ impl Coordinator {
                 }
                 matched.sort_unstable_by(|a, b| b.cmp(a));
                 if let Some(committed) = matched.get(matched.len() / 2) {
-                    metrics::gauge!("coordinator_raft_committed_index").set(*committed as f64);
+                    metrics::gauge!(crate::metrics::RAFT_COMMITTED_INDEX).set(*committed as f64);
                 }
             }
             let inner = self.state.lock();
-            metrics::gauge!("coordinator_znodes").set(inner.tree.node_count() as f64);
-            metrics::gauge!("coordinator_ephemerals").set(inner.tree.ephemeral_count() as f64);
-            metrics::gauge!("coordinator_sessions").set(inner.tree.sessions().count() as f64);
-            metrics::gauge!("coordinator_watches").set(inner.watches.count() as f64);
+            metrics::gauge!(crate::metrics::ZNODES).set(inner.tree.node_count() as f64);
+            metrics::gauge!(crate::metrics::EPHEMERALS).set(inner.tree.ephemeral_count() as f64);
+            metrics::gauge!(crate::metrics::SESSIONS).set(inner.tree.sessions().count() as f64);
+            metrics::gauge!(crate::metrics::WATCHES).set(inner.watches.count() as f64);
         }
     }
 
@@ -465,14 +468,14 @@ impl Coordinator {
         let Some(key) = self.config.cluster_key.clone() else {
             // No peers, no secret: nobody may talk to this port.
             tracing::warn!(%from, "refusing a peer connection: this node has no peers");
-            metrics::counter!("coordinator_peer_connections_refused_total").increment(1);
+            metrics::counter!(crate::metrics::PEER_CONNECTIONS_REFUSED).increment(1);
             return;
         };
         let mut stream = match PeerStream::accept(stream, &key).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(%from, error = %e, "refusing a peer connection");
-                metrics::counter!("coordinator_peer_connections_refused_total").increment(1);
+                metrics::counter!(crate::metrics::PEER_CONNECTIONS_REFUSED).increment(1);
                 return;
             }
         };
@@ -482,7 +485,7 @@ impl Coordinator {
                 Err(e) => {
                     if e.kind() != io::ErrorKind::UnexpectedEof {
                         tracing::warn!(%from, error = %e, "dropping a peer message and its connection");
-                        metrics::counter!("coordinator_peer_messages_dropped_total").increment(1);
+                        metrics::counter!(crate::metrics::PEER_MESSAGES_DROPPED).increment(1);
                     }
                     return;
                 }
@@ -490,7 +493,7 @@ impl Coordinator {
             if let PeerRequest::Write(command) = &request {
                 if let Err(e) = command.check() {
                     tracing::warn!(%from, error = %e, "dropping a peer's write and its connection");
-                    metrics::counter!("coordinator_peer_messages_dropped_total").increment(1);
+                    metrics::counter!(crate::metrics::PEER_MESSAGES_DROPPED).increment(1);
                     return;
                 }
             }
@@ -551,9 +554,4 @@ struct PendingWrite {
 
 fn failed_all(n: usize, error: &ForwardError) -> Vec<WriteResult> {
     (0..n).map(|_| Err(error.clone())).collect()
-}
-
-/// Serves every `metrics` counter, gauge and histogram of the process for Prometheus.
-pub fn install_metrics_exporter(addr: SocketAddr) -> Result<(), metrics_exporter_prometheus::BuildError> {
-    metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr).install()
 }

@@ -13,6 +13,7 @@
 
 pub mod decode;
 pub mod error;
+pub mod metrics;
 pub mod ownership;
 pub mod pipeline;
 pub mod produce;

@@ -31,6 +31,8 @@ enum Command {
     Run(RunArgs),
     /// Print a `run --config` file with every setting and its default.
     ConfigExample,
+    /// Print the table of every metric `run --metrics-addr` exports (Markdown).
+    Metrics,
     /// Write sample order events (ids that repeat, updates, deletes) to a Kafka topic, created
     /// when missing; prints, as JSON, what `orders FINAL` holds once they are ingested
     /// (pipelines/quickstart.yaml).
@@ -136,6 +138,10 @@ fn main() -> ExitCode {
             print!("{}", run_config::example());
             ExitCode::SUCCESS
         }
+        Command::Metrics => {
+            print!("{}", mergestream_telemetry::markdown_table(&[mergestream_ingestor::metrics::ALL]));
+            ExitCode::SUCCESS
+        }
         Command::Produce(args) => {
             let options = ProduceOptions {
                 brokers: args.brokers,
@@ -171,7 +177,7 @@ fn main() -> ExitCode {
 fn run(args: run_config::RunConfig) -> anyhow::Result<()> {
     let pipeline = Pipeline::load(&args.pipeline)?;
     if let Some(addr) = args.metrics_addr {
-        metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr).install()?;
+        mergestream_cli::serve_metrics(addr, &[mergestream_ingestor::metrics::ALL])?;
     }
     let instance = args.instance.unwrap_or_else(|| {
         let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();

@@ -224,8 +224,8 @@ impl<S: Source> Runner<S> {
             inserts: JoinSet::new(),
             in_flight_bytes: 0,
             last_batch: Instant::now(),
-            messages_in: metrics::counter!("mergestream_ingestor_messages_total"),
-            bytes_in: metrics::counter!("mergestream_ingestor_bytes_total"),
+            messages_in: metrics::counter!(crate::metrics::MESSAGES),
+            bytes_in: metrics::counter!(crate::metrics::BYTES),
             batch_taken: (0, 0),
         })
     }
@@ -339,7 +339,7 @@ impl<S: Source> Runner<S> {
             match decoded {
                 Ok(()) => buffer.origins.push(origin),
                 Err(e) => {
-                    metrics::counter!("mergestream_ingestor_decode_errors_total", "kind" => e.kind()).increment(1);
+                    metrics::counter!(crate::metrics::DECODE_ERRORS, "kind" => e.kind()).increment(1);
                     debug!(partition = ?key, position, table = sink.name, error = %e, "bad message");
                     buffer.set_aside(&self.pipeline.errors.mode, e, origin);
                 }
@@ -498,7 +498,7 @@ impl<S: Source> Runner<S> {
                 Err(bad) => bad,
             };
             for (row, e) in bad.into_iter().rev() {
-                metrics::counter!("mergestream_ingestor_decode_errors_total", "kind" => e.kind()).increment(1);
+                metrics::counter!(crate::metrics::DECODE_ERRORS, "kind" => e.kind()).increment(1);
                 buffer.rows.remove(row);
                 let origin = buffer.origins.remove(row);
                 if let ErrorMode::Fail = &self.pipeline.errors.mode {
@@ -525,14 +525,12 @@ impl<S: Source> Runner<S> {
         owned.tables[done.table].in_flight = None;
         match done.outcome? {
             Committed::Done { version } => {
-                metrics::histogram!("mergestream_ingestor_insert_seconds").record(done.began.elapsed().as_secs_f64());
-                metrics::counter!("mergestream_ingestor_blocks_total", "table" => table.clone()).increment(1);
-                metrics::counter!("mergestream_ingestor_rows_total", "table" => table.clone())
-                    .increment(done.rows as u64);
+                metrics::histogram!(crate::metrics::INSERT_DURATION).record(done.began.elapsed().as_secs_f64());
+                metrics::counter!(crate::metrics::BLOCKS, "table" => table.clone()).increment(1);
+                metrics::counter!(crate::metrics::ROWS, "table" => table.clone()).increment(done.rows as u64);
                 // Freshness: alert when it falls behind while the lag is not zero.
                 let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-                metrics::gauge!("mergestream_ingestor_last_commit_timestamp_seconds", "table" => table.clone())
-                    .set(now.as_secs_f64());
+                metrics::gauge!(crate::metrics::LAST_COMMIT_TIMESTAMP, "table" => table.clone()).set(now.as_secs_f64());
                 debug!(partition = ?done.partition, table, rows = done.rows, next = done.next, version, "block committed");
                 owned.tables[done.table].position = Position { next: done.next, version };
                 // The source's own offset follows the slowest table, for lag tools.
@@ -562,7 +560,7 @@ impl<S: Source> Runner<S> {
         dead.sort_by_key(|d| d.position);
         for d in dead.drain(..) {
             self.source.dead_letter(topic, table, key, &d).await?;
-            metrics::counter!("mergestream_ingestor_dead_lettered_total").increment(1);
+            metrics::counter!(crate::metrics::DEAD_LETTERED).increment(1);
         }
         Ok(())
     }
@@ -571,9 +569,9 @@ impl<S: Source> Runner<S> {
     /// trusted, and anything consumed now could be a duplicate or a gap.
     fn stop_partition(&mut self, key: &PartitionKey, why: &str) {
         error!(topic = &*key.0, partition = key.1, why, "the partition is stopped: its offset node must be repaired");
-        metrics::counter!("mergestream_ingestor_stopped_partitions_total").increment(1);
+        metrics::counter!(crate::metrics::PARTITIONS_STOPPED).increment(1);
         self.stopped.insert(key.clone());
-        metrics::gauge!("mergestream_ingestor_stopped_partitions").set(self.stopped.len() as f64);
+        metrics::gauge!(crate::metrics::STOPPED_PARTITIONS).set(self.stopped.len() as f64);
     }
 
     /// Forgets a partition and its buffers, releases its lock, and reads the others on.
@@ -669,7 +667,9 @@ impl<S: Source> Runner<S> {
         if changed {
             self.assign().await?;
         }
-        metrics::gauge!("mergestream_ingestor_owned_partitions").set(self.owned.len() as f64);
+        metrics::gauge!(crate::metrics::OWNED_PARTITIONS).set(self.owned.len() as f64);
+        // Set here too, so that "none stopped" is a 0 on a dashboard rather than no data.
+        metrics::gauge!(crate::metrics::STOPPED_PARTITIONS).set(self.stopped.len() as f64);
         Ok(())
     }
 
@@ -687,7 +687,7 @@ impl<S: Source> Runner<S> {
             .collect();
         for ((topic, partition), end) in self.source.ends(committed.keys().cloned().collect()).await {
             let next = committed.get(&(topic.clone(), partition)).copied().unwrap_or(0);
-            metrics::gauge!("mergestream_ingestor_consumer_lag", "topic" => topic, "partition" => partition.to_string())
+            metrics::gauge!(crate::metrics::CONSUMER_LAG, "topic" => topic, "partition" => partition.to_string())
                 .set((end - next).max(0) as f64);
         }
     }

@@ -156,7 +156,7 @@ impl StorageNode {
         }
         let next = (from + 1) % self.nodes.len();
         if self.current.compare_exchange(from, next, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            metrics::counter!("mergestream_ingestor_storage_failovers_total").increment(1);
+            metrics::counter!(crate::metrics::STORAGE_FAILOVERS).increment(1);
             warn!(
                 from = self.nodes[from].addr,
                 to = self.nodes[next].addr,
@@ -231,7 +231,7 @@ impl StorageNode {
                 Attempt::Ended(committed) => return Ok(committed),
                 Attempt::Again(status) => status,
             };
-            metrics::counter!("mergestream_ingestor_insert_retries_total").increment(1);
+            metrics::counter!(crate::metrics::INSERT_RETRIES).increment(1);
             warn!(
                 table,
                 token,
@@ -289,7 +289,7 @@ impl StorageNode {
         let request = AwaitQuorumRequest { table: table.to_string(), parts, quorum: self.quorum };
         let mut backoff = Duration::from_millis(100);
         loop {
-            metrics::counter!("mergestream_ingestor_quorum_waits_total").increment(1);
+            metrics::counter!(crate::metrics::QUORUM_WAITS).increment(1);
             warn!(table, parts = ?request.parts, "the block is committed, its insert quorum not yet reached: waiting");
             let (index, node) = self.node();
             match node.client.clone().await_quorum(request.clone()).await {

@@ -75,18 +75,18 @@ def test_prometheus_metrics_cover_requests_tree_sessions_and_raft(tmp_path):
             return out
 
         # Gauges are published every second.
-        wait_until(lambda: values().get("coordinator_znodes", 0) >= 6, 10, "gauges")
+        wait_until(lambda: values().get("mergestream_coordinator_znodes", 0) >= 6, 10, "gauges")
         v = values()
-        assert v['coordinator_requests_total{op="create"}'] >= 2
-        assert v['coordinator_requests_total{op="getData"}'] >= 1
-        assert any(k.startswith("coordinator_request_seconds") for k in v)
-        assert v["coordinator_sessions"] == 1
-        assert v["coordinator_ephemerals"] == 1
-        assert v["coordinator_watches"] >= 1
-        assert v["coordinator_raft_term"] >= 1
-        assert v["coordinator_raft_is_leader"] == 1
-        assert v["coordinator_raft_applied_index"] >= 3
-        assert v["coordinator_raft_committed_index"] >= v["coordinator_raft_applied_index"] - 1
+        assert v['mergestream_coordinator_requests_total{op="create"}'] >= 2
+        assert v['mergestream_coordinator_requests_total{op="getData"}'] >= 1
+        assert any(k.startswith("mergestream_coordinator_request_duration_seconds") for k in v)
+        assert v["mergestream_coordinator_sessions"] == 1
+        assert v["mergestream_coordinator_ephemerals"] == 1
+        assert v["mergestream_coordinator_watches"] >= 1
+        assert v["mergestream_coordinator_raft_term"] >= 1
+        assert v["mergestream_coordinator_raft_is_leader"] == 1
+        assert v["mergestream_coordinator_raft_applied_index"] >= 3
+        assert v["mergestream_coordinator_raft_committed_index"] >= v["mergestream_coordinator_raft_applied_index"] - 1
         zk.stop()
         zk.close()
     finally:

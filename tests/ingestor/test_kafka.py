@@ -55,7 +55,7 @@ def test_messages_land_once_and_sigterm_commits_the_offsets(tmp_path, broker, ke
 
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
     assert 'mergestream_ingestor_rows_total{table="orders"} 2000' in metrics, metrics
-    assert "mergestream_ingestor_insert_seconds" in metrics
+    assert "mergestream_ingestor_insert_duration_seconds" in metrics
 
     broker.produce(topic, messages(range(2000, 2100)))
     wait_for_rows(storage, "orders", 2100)

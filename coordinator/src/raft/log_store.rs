@@ -112,7 +112,7 @@ impl LogStore {
 /// Reports appends durable off the Raft task: each round takes every append queued so far,
 /// syncs the file once, and completes them in order, so Raft keeps handling messages while
 /// the disk syncs. openraft 0.9 waits for one append to be reported before it issues the next,
-/// so a round holds one append in practice (`coordinator_raft_appends_per_sync`); the grouping
+/// so a round holds one append in practice (`mergestream_coordinator_raft_appends_per_sync`); the grouping
 /// that counts happens earlier, many client writes per entry (`Coordinator::commit_batches`).
 fn group_commit(inner: &Mutex<Inner>, pending: &std::sync::mpsc::Receiver<LogFlushed<TypeConfig>>) {
     while let Ok(first) = pending.recv() {
@@ -133,7 +133,7 @@ fn group_commit(inner: &Mutex<Inner>, pending: &std::sync::mpsc::Receiver<LogFlu
         if let Err(e) = &synced {
             tracing::error!(error = %e, "syncing the raft log failed");
         }
-        metrics::histogram!("coordinator_raft_appends_per_sync").record(batch.len() as f64);
+        metrics::histogram!(crate::metrics::APPENDS_PER_SYNC).record(batch.len() as f64);
         for callback in batch {
             callback.log_io_completed(synced.as_ref().map(|_| ()).map_err(|e| io::Error::new(e.kind(), e.to_string())));
         }

@@ -48,10 +48,10 @@ enum ConnectionError {
 
 pub async fn run(node: Arc<Coordinator>, stream: TcpStream, peer: SocketAddr) {
     node.stats.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    metrics::gauge!("coordinator_connections").increment(1.0);
+    metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
     let result = serve(&node, stream).await;
     node.stats.connections.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    metrics::gauge!("coordinator_connections").decrement(1.0);
+    metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
     match result {
         Ok(()) => tracing::debug!(%peer, "connection closed"),
         Err(ConnectionError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -77,7 +77,7 @@ async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream) -> Result<(), Con
         Ok(Ok(None)) => return Ok(()),
         Ok(Err(e)) => return Err(e),
         Err(_) => {
-            metrics::counter!("coordinator_handshake_timeouts_total").increment(1);
+            metrics::counter!(crate::metrics::HANDSHAKE_TIMEOUTS).increment(1);
             return Err(ConnectionError::HandshakeTimeout(node.config.handshake_timeout));
         }
     };
@@ -162,8 +162,8 @@ fn record_request(node: &Coordinator, op_code: i32, received: Instant) {
     let elapsed = received.elapsed();
     node.stats.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     node.stats.record_latency(elapsed);
-    metrics::counter!("coordinator_requests_total", "op" => op::name(op_code)).increment(1);
-    metrics::histogram!("coordinator_request_seconds", "op" => op::name(op_code)).record(elapsed.as_secs_f64());
+    metrics::counter!(crate::metrics::REQUESTS, "op" => op::name(op_code)).increment(1);
+    metrics::histogram!(crate::metrics::REQUEST_DURATION, "op" => op::name(op_code)).record(elapsed.as_secs_f64());
 }
 
 struct Session {
@@ -193,7 +193,7 @@ async fn establish(
         let command = Command::CreateSession { session_id, timeout_ms, password: password.clone() };
         let committed = node.write(command).await.map_err(|e| ConnectionError::SessionCreate(e.to_string()))?;
         node.state.wait_applied(committed.index).await;
-        metrics::counter!("coordinator_sessions_created_total").increment(1);
+        metrics::counter!(crate::metrics::SESSIONS_CREATED).increment(1);
         (session_id, timeout_ms, password)
     } else {
         // A client that saw a newer state than ours must not read older data here.
@@ -586,7 +586,7 @@ impl Session {
             match result {
                 Ok(Committed { zxid, result, .. }) => {
                     if let CommandResult::Failed(code) = &result {
-                        metrics::counter!("coordinator_errors_total", "code" => format!("{code:?}")).increment(1);
+                        metrics::counter!(crate::metrics::ERRORS, "code" => format!("{code:?}")).increment(1);
                     }
                     let multi_ops: Vec<i32> = match &incoming.request {
                         Request::Multi(ops) => ops.iter().map(MultiOp::op_code).collect(),

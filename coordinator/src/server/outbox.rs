@@ -55,7 +55,7 @@ impl FrameSender {
         if queued > self.shared.limit {
             self.shared.overflowed.store(true, Ordering::Release);
             self.shared.closed.notify_one();
-            metrics::counter!("coordinator_connections_closed_unread_total").increment(1);
+            metrics::counter!(crate::metrics::CONNECTIONS_CLOSED_UNREAD).increment(1);
             return false;
         }
         self.tx.send(frame).is_ok()

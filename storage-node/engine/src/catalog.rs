@@ -78,7 +78,7 @@ impl Catalog {
                 std::fs::remove_dir_all(&dir).map_err(EngineError::io(&dir))?;
             }
         }
-        metrics::gauge!("mergestream_engine_tables_unopened").set(unopened.len() as f64);
+        metrics::gauge!(crate::metrics::UNOPENED_TABLES).set(unopened.len() as f64);
         let tables: Tables = Arc::new(RwLock::new(tables));
         let merges = MergePool::start(merge_threads, MERGE_ASSIGN_DELAY, MERGE_RESCAN, tables.clone());
         let catalog = Catalog { root, committers, tables, unopened, merges, ddl: Mutex::default() };
@@ -108,6 +108,14 @@ impl Catalog {
     /// The tables found on disk that could not be opened, and why.
     pub fn unopened(&self) -> &[UnopenedTable] {
         &self.unopened
+    }
+
+    /// Sets every table's part gauges (`Table::publish_part_gauges`); a server calls it
+    /// every few seconds, as ClickHouse computes its asynchronous metrics.
+    pub fn publish_part_gauges(&self) {
+        for table in self.tables() {
+            table.publish_part_gauges();
+        }
     }
 
     pub fn tables(&self) -> Vec<Arc<Table>> {

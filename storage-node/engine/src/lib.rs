@@ -13,6 +13,7 @@ pub mod failpoint;
 pub mod key_expr;
 pub mod merge;
 mod merge_pool;
+pub mod metrics;
 pub mod names;
 pub mod part;
 pub mod replica;

@@ -103,7 +103,7 @@ async fn mark_lost(k: &Keeper, replica: &ReplicaPaths, pointer_version: i32) -> 
                 replica = replica.replica,
                 "the replica fell behind the kept log: marked lost"
             );
-            metrics::counter!("mergestream_replication_replicas_marked_lost_total").increment(1);
+            metrics::counter!(crate::metrics::REPLICAS_MARKED_LOST).increment(1);
             Ok(true)
         }
         Err(e) if e.is_bad_version() || e.is_no_node() => Ok(false),

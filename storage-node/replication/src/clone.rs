@@ -96,7 +96,7 @@ fn cloned(paths: &ReplicaPaths, copy: &SourceCopy, why: &str) {
         why,
         "cloned a replica"
     );
-    metrics::counter!("mergestream_replication_clones_total").increment(1);
+    metrics::counter!(crate::metrics::CLONES).increment(1);
 }
 
 /// Clones a replica into `paths` if this replica has never pulled the log and another one

@@ -217,7 +217,7 @@ impl PartCommitter for ReplicatedCommitter {
                 txn = add_extra_ops(txn, extra);
                 match txn.commit().await {
                     Ok(results) => {
-                        metrics::counter!("mergestream_replication_parts_committed_total")
+                        metrics::counter!(crate::metrics::PARTS_COMMITTED)
                             .increment((parts.len() - duplicates.len()) as u64);
                         return Ok(CommitOutcome { versions: extra_op_versions(&results), duplicates });
                     }

@@ -130,7 +130,7 @@ async fn fetch_over(
     let files = expected.files.clone();
     let fetched = dir.clone();
     blocking(move || t.add_fetched(&fetched, &part, &files, &received)).await?;
-    metrics::counter!("mergestream_replication_fetched_bytes_total").increment(bytes);
+    metrics::counter!(crate::metrics::FETCHED_BYTES).increment(bytes);
     Ok(bytes)
 }
 

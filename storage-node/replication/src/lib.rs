@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod layout;
 pub mod macros;
 pub mod merges;
+pub mod metrics;
 pub mod optimize;
 pub mod part_check;
 pub mod queue;

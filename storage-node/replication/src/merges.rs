@@ -99,7 +99,7 @@ impl ReplicationQueue {
         match txn.commit().await {
             Ok(_) => {
                 info!(table = self.paths.table, part = %result, sources = sources.len(), "assigned a merge");
-                metrics::counter!("mergestream_replication_merges_assigned_total").increment(1);
+                metrics::counter!(crate::metrics::MERGES_ASSIGNED).increment(1);
                 Ok(Assigned::Written(result))
             }
             Err(e) if e.is_bad_version() => Ok(Assigned::Raced),

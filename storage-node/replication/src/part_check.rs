@@ -74,8 +74,8 @@ pub async fn check_parts(k: &Keeper, paths: &ReplicaPaths, table: &Table) -> Res
         txn.commit().await.map_err(keeper_error)?;
     }
     if !checked.unexpected.is_empty() || !checked.missing.is_empty() {
-        metrics::counter!("mergestream_replication_unexpected_parts_total").increment(checked.unexpected.len() as u64);
-        metrics::counter!("mergestream_replication_missing_parts_total").increment(checked.missing.len() as u64);
+        metrics::counter!(crate::metrics::UNEXPECTED_PARTS).increment(checked.unexpected.len() as u64);
+        metrics::counter!(crate::metrics::MISSING_PARTS).increment(checked.missing.len() as u64);
     }
     Ok(checked)
 }

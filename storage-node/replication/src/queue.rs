@@ -340,9 +340,8 @@ impl ReplicationQueue {
             match cleanup::clean(&k, &self.paths, &table.def().settings, &mut times).await {
                 Ok(cleaned) if cleaned != Cleaned::default() => {
                     debug!(table = self.paths.table, ?cleaned, "cleaned old log entries and blocks");
-                    metrics::counter!("mergestream_replication_log_entries_cleaned_total")
-                        .increment(cleaned.log_entries as u64);
-                    metrics::counter!("mergestream_replication_blocks_cleaned_total").increment(cleaned.blocks as u64);
+                    metrics::counter!(crate::metrics::LOG_ENTRIES_CLEANED).increment(cleaned.log_entries as u64);
+                    metrics::counter!(crate::metrics::BLOCKS_CLEANED).increment(cleaned.blocks as u64);
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -439,6 +438,7 @@ impl ReplicationQueue {
             Err(e) => return Err(self.lost(e).await),
         };
         names.sort();
+        metrics::gauge!(crate::metrics::QUEUE_ENTRIES, "table" => table.name().to_string()).set(names.len() as f64);
         self.lock().retain(|name, _| names.contains(name));
         let mut finished = false;
         for name in names {
@@ -516,7 +516,7 @@ impl ReplicationQueue {
                     if self.failed_before(queue_entry) && self.lost_forever(k, &name).await? =>
                 {
                     warn!(table = self.paths.table, part = %name, why = message, "Part is lost forever");
-                    metrics::counter!("mergestream_replication_parts_lost_total").increment(1);
+                    metrics::counter!(crate::metrics::PARTS_LOST).increment(1);
                     // Before the empty part is listed: others fetching it must not complete
                     // the quorum of rows that are gone. (This replica's own entry, queued by
                     // its part check, has no quorum line: the quorum node says.)

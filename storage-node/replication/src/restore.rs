@@ -89,7 +89,7 @@ impl ReplicationQueue {
             duplicates,
             "restored the replica"
         );
-        metrics::counter!("mergestream_replication_replicas_restored_total").increment(1);
+        metrics::counter!(crate::metrics::REPLICAS_RESTORED).increment(1);
         self.forget_tries();
         Ok(())
     }

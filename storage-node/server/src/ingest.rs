@@ -59,7 +59,7 @@ async fn read_offset(coordinator: &Coordinator, path: &str) -> Result<Option<(Of
         Ok(Some(v)) => match OffsetRecord::decode(&v.data) {
             Ok(record) => Ok(Some((record, v.version))),
             Err(message) => {
-                metrics::counter!("mergestream_storage_corrupt_offset_records_total").increment(1);
+                metrics::counter!(crate::metrics::CORRUPT_OFFSET_RECORDS).increment(1);
                 Err(OffsetReadError::Corrupt { path: path.to_string(), message })
             }
         },
@@ -194,7 +194,7 @@ impl IngestService {
             }
             self.catalog.schedule_merges(&table);
         }
-        metrics::gauge!("mergestream_storage_unresolved_prepared_inserts").set(unresolved as f64);
+        metrics::gauge!(crate::metrics::UNRESOLVED_PREPARED_INSERTS).set(unresolved as f64);
         Ok(())
     }
 
@@ -277,7 +277,7 @@ async fn commit_with_offset(
         vec![ExtraOp::SetData { path: offset.path.clone(), data: record, expected_version: offset.expected_version }];
     match table.commit_prepared_with(prepared, extra, quorum.as_ref()).await {
         Ok((summary, outcome)) => {
-            metrics::counter!("mergestream_storage_blocks_committed_total").increment(1);
+            metrics::counter!(crate::metrics::BLOCKS_COMMITTED).increment(1);
             let offset_version = outcome.versions.first().copied().unwrap_or(-1);
             Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version, quorum_pending: false })
         }
@@ -285,7 +285,7 @@ async fn commit_with_offset(
         Err(PreparedCommitError::Uncommitted { prepared, error }) => match error {
             EngineError::CommitRefused { refusal: Refusal::NoNode, path } if path == offset.path => {
                 blocking(move || table.abort_prepared(prepared)).await?;
-                metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
+                metrics::counter!(crate::metrics::BLOCKS_REFUSED).increment(1);
                 Err(offset_node_missing(&offset.path))
             }
             EngineError::CommitRefused { refusal: Refusal::BadVersion, ref path } if *path == offset.path => {
@@ -363,12 +363,12 @@ async fn settle_unknown(
             // as the first reply would have.
             let parts = table.committed_parts_of(&prepared).await.map_err(engine_status)?;
             blocking(move || table.abort_prepared(prepared)).await?;
-            metrics::counter!("mergestream_storage_blocks_duplicate_total").increment(1);
+            metrics::counter!(crate::metrics::BLOCKS_DUPLICATE).increment(1);
             Ok(InsertReply { rows: 0, parts, duplicate: true, offset_version: version, quorum_pending: false })
         }
         Some((record, version)) => {
             blocking(move || table.abort_prepared(prepared)).await?;
-            metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
+            metrics::counter!(crate::metrics::BLOCKS_REFUSED).increment(1);
             Err(Reason::StaleVersion.status(format!(
                 "offset node {} is at version {version} (next {}), not at version {}: another writer moved it ({error})",
                 offset.path, record.next, offset.expected_version
@@ -376,7 +376,7 @@ async fn settle_unknown(
         }
         None => {
             blocking(move || table.abort_prepared(prepared)).await?;
-            metrics::counter!("mergestream_storage_blocks_refused_total").increment(1);
+            metrics::counter!(crate::metrics::BLOCKS_REFUSED).increment(1);
             Err(offset_node_missing(&offset.path))
         }
     }
@@ -394,7 +394,7 @@ async fn guarded<T>(
         Err(panic) => {
             let message = crate::panic_message(panic.as_ref());
             error!(method, message, "a request handler panicked");
-            metrics::counter!("mergestream_storage_handler_panics_total").increment(1);
+            metrics::counter!(crate::metrics::HANDLER_PANICS).increment(1);
             Err(Status::internal(format!("{method} failed inside the storage node: {message}")))
         }
     }
@@ -520,8 +520,9 @@ impl IngestService {
 
         // The new part is a candidate for a background merge, as after an INSERT statement.
         self.catalog.schedule_merges(&merged_later);
-        metrics::histogram!("mergestream_storage_insert_seconds").record(began.elapsed().as_secs_f64());
-        metrics::counter!("mergestream_storage_rows_inserted_total").increment(reply.rows);
+        metrics::histogram!(crate::metrics::INSERT_DURATION).record(began.elapsed().as_secs_f64());
+        metrics::counter!(crate::metrics::ROWS_INSERTED).increment(reply.rows);
+        metrics::counter!(crate::metrics::INSERTS).increment(1);
         Ok(Response::new(reply))
     }
 
@@ -529,6 +530,7 @@ impl IngestService {
         let request = request.into_inner();
         let format = OutputFormat::parse(if request.format.is_empty() { "TSV" } else { &request.format })
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let began = Instant::now();
         let mut session = Session::new(self.catalog.clone(), format);
         let run = async move {
             let mut output = String::new();
@@ -539,9 +541,12 @@ impl IngestService {
             .queries
             .spawn(run)
             .await
-            .map_err(|e| Status::internal(format!("query task failed: {e}")))?
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        Ok(Response::new(QueryReply { output }))
+            .map_err(|e| Status::internal(format!("query task failed: {e}")))
+            .and_then(|result| result.map_err(|e| Status::invalid_argument(e.to_string())));
+        metrics::histogram!(crate::metrics::QUERY_DURATION).record(began.elapsed().as_secs_f64());
+        let outcome = if output.is_ok() { "ok" } else { "error" };
+        metrics::counter!(crate::metrics::QUERIES, "outcome" => outcome).increment(1);
+        Ok(Response::new(QueryReply { output: output? }))
     }
 }
 

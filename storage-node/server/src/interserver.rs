@@ -67,7 +67,7 @@ impl Interserver for InterserverService {
                     }
                 }
             }
-            metrics::counter!("mergestream_storage_parts_sent_total").increment(1);
+            metrics::counter!(crate::metrics::PARTS_SENT).increment(1);
         });
         let stream = futures::stream::unfold(receiver, |mut receiver| async move {
             receiver.recv().await.map(|item| (item, receiver))

@@ -17,7 +17,7 @@ pub fn decode_stream(bytes: Vec<u8>) -> Result<Vec<RecordBatch>, String> {
     match std::panic::catch_unwind(move || decode(bytes)) {
         Ok(decoded) => decoded,
         Err(panic) => {
-            metrics::counter!("mergestream_storage_ipc_decoder_panics_total").increment(1);
+            metrics::counter!(crate::metrics::IPC_DECODER_PANICS).increment(1);
             let message = crate::panic_message(panic.as_ref());
             Err(format!("it is malformed ({message})"))
         }

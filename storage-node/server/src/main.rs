@@ -6,6 +6,7 @@ mod config;
 mod ingest;
 mod interserver;
 mod ipc;
+mod metrics;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -36,6 +37,8 @@ enum Command {
     Client(ClientArgs),
     /// Print a `serve --config` file with every setting and its default.
     ConfigExample,
+    /// Print the table of every metric `serve --metrics-addr` exports (Markdown).
+    Metrics,
 }
 
 #[derive(clap::Args)]
@@ -155,6 +158,10 @@ fn main() -> ExitCode {
             print!("{}", config::example());
             Ok(())
         }
+        Command::Metrics => {
+            print!("{}", mergestream_telemetry::markdown_table(metrics::CATALOGUES));
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -233,13 +240,14 @@ fn without_nagle(listener: tokio::net::TcpListener) -> tonic::transport::server:
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
+/// How often the part gauges (active parts, rows, bytes per table) are computed.
+const PART_GAUGES_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let args = args.resolve()?;
-    if let Some(addr) = args.metrics_addr {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .context("cannot start the metrics exporter")?;
+    let metrics_addr = args.metrics_addr;
+    if let Some(addr) = metrics_addr {
+        mergestream_cli::serve_metrics(addr, metrics::CATALOGUES).context("cannot start the metrics exporter")?;
     }
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
@@ -288,6 +296,18 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                     .await;
                 if let Err(e) = served {
                     tracing::error!(error = %e, "the interserver service failed");
+                }
+            });
+        }
+        if metrics_addr.is_some() {
+            let catalog = catalog.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(PART_GAUGES_PERIOD);
+                loop {
+                    every.tick().await;
+                    let catalog = catalog.clone();
+                    // It locks every table's state in turn: not on the runtime's threads.
+                    let _ = tokio::task::spawn_blocking(move || catalog.publish_part_gauges()).await;
                 }
             });
         }

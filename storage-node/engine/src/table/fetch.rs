@@ -110,7 +110,7 @@ impl Table {
             drop(covered);
             self.remove_unused_outdated();
         }
-        metrics::counter!("mergestream_engine_parts_fetched_total").increment(1);
+        metrics::counter!(crate::metrics::PARTS_FETCHED).increment(1);
         Ok(())
     }
 

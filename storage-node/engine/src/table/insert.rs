@@ -393,7 +393,7 @@ impl Table {
         for (part, name) in earlier {
             self.activate(part.commit(name.clone())?);
             summary.parts.push(name.to_string());
-            metrics::counter!("mergestream_engine_parts_inserted_total").increment(1);
+            metrics::counter!(crate::metrics::PARTS_INSERTED).increment(1);
         }
         Ok(summary)
     }
@@ -434,7 +434,7 @@ impl Table {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    metrics::counter!("mergestream_engine_unreadable_prepared_inserts_total").increment(1);
+                    metrics::counter!(crate::metrics::UNREADABLE_PREPARED_INSERTS).increment(1);
                     tracing::error!(
                         table = %self.def.name,
                         dir = %dir.display(),
@@ -707,7 +707,7 @@ impl Table {
                     self.activate(part);
                     self.release_block(&commit.reservation);
                     summary.parts.push(commit.name.to_string());
-                    metrics::counter!("mergestream_engine_parts_inserted_total").increment(1);
+                    metrics::counter!(crate::metrics::PARTS_INSERTED).increment(1);
                     activated.push(commit);
                 }
                 Err(e) => {
@@ -749,7 +749,7 @@ impl Table {
             let span = (settings.parts_to_throw_insert - settings.parts_to_delay_insert).max(1) as f64;
             let delay = settings.max_delay_to_insert as f64 * 1000.0 * (over / span).min(1.0);
             debug!(table = %self.def.name, partition_id, parts, delay_ms = delay, "delaying insert");
-            metrics::counter!("mergestream_engine_delayed_inserts_total").increment(1);
+            metrics::counter!(crate::metrics::DELAYED_INSERTS).increment(1);
             std::thread::sleep(Duration::from_millis(delay.max(10.0) as u64));
         }
         Ok(())

@@ -150,6 +150,7 @@ impl Table {
 
     /// Merges `parts` (adjacent, one partition, already marked merging) into one part.
     pub fn run_merge(&self, parts: Vec<Arc<DataPart>>, options: AlgorithmOptions) -> Result<PartName> {
+        let began = std::time::Instant::now();
         let result = self.write_merged(&parts, options);
         let mut state = self.lock_state();
         for part in &parts {
@@ -164,6 +165,8 @@ impl Table {
             }
         };
         let name = merged.name.clone();
+        let (rows, bytes) =
+            (parts.iter().map(|p| p.rows()).sum::<u64>(), parts.iter().map(|p| p.bytes_on_disk).sum::<u64>());
         state.active.retain(|p| !parts.iter().any(|s| Arc::ptr_eq(p, s)));
         let at = state.active.partition_point(|p| p.name.insertion_order(&name).is_lt());
         state.active.insert(at, Arc::new(merged));
@@ -173,7 +176,10 @@ impl Table {
         }
         drop(state);
         self.merge_done.notify_all();
-        metrics::counter!("mergestream_engine_merges_total").increment(1);
+        metrics::counter!(crate::metrics::MERGES).increment(1);
+        metrics::counter!(crate::metrics::MERGED_ROWS).increment(rows);
+        metrics::counter!(crate::metrics::MERGED_BYTES).increment(bytes);
+        metrics::histogram!(crate::metrics::MERGE_DURATION).record(began.elapsed().as_secs_f64());
         self.remove_unused_outdated();
         Ok(name)
     }

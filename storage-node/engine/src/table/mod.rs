@@ -12,7 +12,7 @@ pub mod insert;
 mod merge;
 mod read;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -247,6 +247,25 @@ impl Table {
             modification_time: part.meta.modification_time,
         };
         state.active.iter().map(|p| info(p, true)).chain(state.outdated.iter().map(|p| info(p, false))).collect()
+    }
+
+    /// Sets the part gauges of this table (active parts, the fullest partition's, rows, bytes).
+    pub fn publish_part_gauges(&self) {
+        let (parts, max_in_partition, rows, bytes) = {
+            let state = self.lock_state();
+            let mut per_partition: HashMap<&str, usize> = HashMap::new();
+            for part in &state.active {
+                *per_partition.entry(part.name.partition_id.as_str()).or_default() += 1;
+            }
+            let rows: u64 = state.active.iter().map(|p| p.rows()).sum();
+            let bytes: u64 = state.active.iter().map(|p| p.bytes_on_disk).sum();
+            (state.active.len(), per_partition.values().copied().max().unwrap_or(0), rows, bytes)
+        };
+        let table = self.def.name.clone();
+        metrics::gauge!(crate::metrics::ACTIVE_PARTS, "table" => table.clone()).set(parts as f64);
+        metrics::gauge!(crate::metrics::MAX_PARTS_IN_PARTITION, "table" => table.clone()).set(max_in_partition as f64);
+        metrics::gauge!(crate::metrics::ACTIVE_ROWS, "table" => table.clone()).set(rows as f64);
+        metrics::gauge!(crate::metrics::ACTIVE_BYTES, "table" => table).set(bytes as f64);
     }
 
     /// Deletes outdated parts that no reader holds any more.
