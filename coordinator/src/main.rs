@@ -59,6 +59,7 @@ struct ServeArgs {
     metrics_addr: Option<SocketAddr>,
     /// A file holding the secret every member of the cluster shares (at least 16 bytes;
     /// surrounding whitespace is ignored). Peers authenticate with it; needed with --peer.
+    /// Or give the secret itself in MERGESTREAM_CLUSTER_SECRET.
     #[arg(long, env = "MERGESTREAM_CLUSTER_SECRET_FILE")]
     cluster_secret_file: Option<PathBuf>,
     /// How long a client connection may take to send its handshake before it is closed
@@ -113,6 +114,9 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(serve(args))
 }
 
+/// The cluster secret itself, for deployments that hand secrets over in the environment.
+const CLUSTER_SECRET_VARIABLE: &str = "MERGESTREAM_CLUSTER_SECRET";
+
 async fn serve(args: serve_config::ServeConfig) -> anyhow::Result<()> {
     let peers = args.peers;
     if let Some(addr) = peers.get(&args.node_id) {
@@ -121,14 +125,22 @@ async fn serve(args: serve_config::ServeConfig) -> anyhow::Result<()> {
     if args.tick_ms == 0 {
         bail!("--tick-ms must be positive");
     }
-    let cluster_key = match &args.cluster_secret_file {
-        Some(path) => {
+    let cluster_key = match (&args.cluster_secret_file, std::env::var(CLUSTER_SECRET_VARIABLE).ok()) {
+        (Some(path), Some(_)) => {
+            bail!("the cluster secret is given twice, by {} and by {CLUSTER_SECRET_VARIABLE}: give one", path.display())
+        }
+        (Some(path), None) => {
             let secret =
                 std::fs::read(path).with_context(|| format!("reading the cluster secret {}", path.display()))?;
             let key = ClusterKey::new(secret.trim_ascii()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             Some(std::sync::Arc::new(key))
         }
-        None => None,
+        (None, Some(secret)) => {
+            let key = ClusterKey::new(secret.trim().as_bytes())
+                .map_err(|e| anyhow::anyhow!("{CLUSTER_SECRET_VARIABLE}: {e}"))?;
+            Some(std::sync::Arc::new(key))
+        }
+        (None, None) => None,
     };
     if args.handshake_timeout_ms == 0 {
         bail!("--handshake-timeout-ms must be positive");

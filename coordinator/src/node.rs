@@ -62,7 +62,7 @@ pub enum NodeError {
     #[error("raft: {0}")]
     Raft(String),
     #[error(
-        "a node with {peers} peers needs the cluster's secret (--cluster-secret-file), with which peers authenticate"
+        "a node with {peers} peers needs the cluster's secret (--cluster-secret-file or MERGESTREAM_CLUSTER_SECRET), with which peers authenticate"
     )]
     NoClusterSecret { peers: usize },
 }

@@ -21,5 +21,6 @@ pub mod runner;
 pub mod sample;
 pub mod sink;
 pub mod source;
+pub mod status;
 
 pub use error::IngestError;

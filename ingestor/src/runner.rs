@@ -29,6 +29,7 @@ use crate::ownership::{Ownership, Position, PositionError};
 use crate::pipeline::{BatchLimits, ErrorMode, Pipeline};
 use crate::sink::{Committed, StorageNode};
 use crate::source::{Batch, DeadLetter, PartitionKey, Source, BEGINNING};
+use crate::status::StatusReporter;
 
 /// How `ingestor run` reaches the rest of the system.
 #[derive(Debug, Clone)]
@@ -166,6 +167,7 @@ pub struct Runner<S: Source> {
     /// Messages and bytes taken from the batch being read, counted into `messages_in` and
     /// `bytes_in` once it is read (two atomic operations a message showed in profiles).
     batch_taken: (u64, u64),
+    status: StatusReporter,
 }
 
 /// The share of `max_in_flight_bytes` for buffers and blocks being inserted: three quarters,
@@ -227,6 +229,7 @@ impl<S: Source> Runner<S> {
             messages_in: metrics::counter!(crate::metrics::MESSAGES),
             bytes_in: metrics::counter!(crate::metrics::BYTES),
             batch_taken: (0, 0),
+            status: StatusReporter::on_stderr(),
         })
     }
 
@@ -528,6 +531,7 @@ impl<S: Source> Runner<S> {
                 metrics::histogram!(crate::metrics::INSERT_DURATION).record(done.began.elapsed().as_secs_f64());
                 metrics::counter!(crate::metrics::BLOCKS, "table" => table.clone()).increment(1);
                 metrics::counter!(crate::metrics::ROWS, "table" => table.clone()).increment(done.rows as u64);
+                self.status.committed(done.rows as u64);
                 // Freshness: alert when it falls behind while the lag is not zero.
                 let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
                 metrics::gauge!(crate::metrics::LAST_COMMIT_TIMESTAMP, "table" => table.clone()).set(now.as_secs_f64());
@@ -679,17 +683,23 @@ impl<S: Source> Runner<S> {
         self.source.assign(&from).await
     }
 
-    async fn report_lag(&self) {
+    /// Publishes each owned partition's lag, and the pipeline's status with it.
+    async fn report_lag(&mut self) {
         let committed: BTreeMap<PartitionKey, i64> = self
             .owned
             .iter()
             .map(|(k, p)| (k.clone(), p.tables.iter().map(|t| t.position.next.max(0)).min().unwrap_or(0)))
             .collect();
+        let mut lags = Vec::new();
         for ((topic, partition), end) in self.source.ends(committed.keys().cloned().collect()).await {
             let next = committed.get(&(topic.clone(), partition)).copied().unwrap_or(0);
-            metrics::gauge!(crate::metrics::CONSUMER_LAG, "topic" => topic, "partition" => partition.to_string())
-                .set((end - next).max(0) as f64);
+            let lag = (end - next).max(0);
+            metrics::gauge!(crate::metrics::CONSUMER_LAG, "topic" => topic.to_string(), "partition" => partition.to_string())
+                .set(lag as f64);
+            lags.push((topic.to_string(), partition, lag));
         }
+        let status = self.status.take(&self.pipeline.name, lags, self.owned.len(), self.stopped.len());
+        self.status.report(&status);
     }
 }
 

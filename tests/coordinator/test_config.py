@@ -1,9 +1,13 @@
 """`coordinator serve --config FILE`: a three-node cluster set up from TOML files alone (their
 peers tables included), an unknown key refused with its file:line:column, the example file
-accepted, and MERGESTREAM_LOG filtering the coordinator's log as it does the other binaries'."""
+accepted, and MERGESTREAM_LOG filtering the coordinator's log as it does the other binaries'.
+The cluster secret comes from a file or from MERGESTREAM_CLUSTER_SECRET, never both."""
 
+import os
 import subprocess
 import time
+
+import pytest
 
 from kazoo.client import KazooClient
 
@@ -18,24 +22,29 @@ def write_config(path, node_id, client_ports, raft_ports, data_dir, secret):
         f'raft_addr = "127.0.0.1:{raft_ports[node_id]}"\n'
         f'data_dir = "{data_dir}"\n'
         "tick_ms = 500\n"
-        f'cluster_secret_file = "{secret}"\n'
-        f"\n[peers]\n{peers}")
+        + (f'cluster_secret_file = "{secret}"\n' if secret else "")
+        + f"\n[peers]\n{peers}")
 
 
-def test_a_cluster_configured_by_files_alone_serves_clients(tmp_path):
+@pytest.mark.parametrize("secret_from", ["file", "environment"])
+def test_a_cluster_configured_by_files_alone_serves_clients(tmp_path, secret_from):
     ids = (1, 2, 3)
     client_ports = {i: free_port() for i in ids}
     raft_ports = {i: free_port() for i in ids}
     secret = tmp_path / "secret"
     secret.write_text(CLUSTER_SECRET)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MERGESTREAM_CLUSTER_SECRET")}
+    if secret_from == "environment":
+        env["MERGESTREAM_CLUSTER_SECRET"] = CLUSTER_SECRET
     procs = []
     try:
         for i in ids:
             config = tmp_path / f"node{i}.toml"
-            write_config(config, i, client_ports, raft_ports, tmp_path / f"node{i}", secret)
+            write_config(config, i, client_ports, raft_ports, tmp_path / f"node{i}",
+                         secret if secret_from == "file" else None)
             log = open(tmp_path / f"node{i}.log", "ab")
             procs.append(subprocess.Popen([str(COORDINATOR_BIN), "serve", "--config", str(config)], stdout=log,
-                                          stderr=subprocess.STDOUT))
+                                          stderr=subprocess.STDOUT, env=env))
         for i in ids:
             wait_until(lambda: four_letter(client_ports[i], "ruok") == "imok", 30, f"node {i}")
         hosts = ",".join(f"127.0.0.1:{client_ports[i]}" for i in ids)
@@ -65,6 +74,19 @@ def test_a_cluster_configured_by_files_alone_serves_clients(tmp_path):
 def run_serve(args, env=None, timeout=30):
     return subprocess.run([str(COORDINATOR_BIN), "serve", *args], capture_output=True, text=True, timeout=timeout,
                           env=env)
+
+
+def test_the_cluster_secret_is_given_once_and_checked(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text(CLUSTER_SECRET)
+    node = ["--node-id", "1", "--client-addr", f"127.0.0.1:{free_port()}", "--raft-addr",
+            f"127.0.0.1:{free_port()}", "--data-dir", str(tmp_path / "d"), "--peer", "2=127.0.0.1:1"]
+    twice = run_serve([*node, "--cluster-secret-file", str(secret)],
+                      env={**os.environ, "MERGESTREAM_CLUSTER_SECRET": CLUSTER_SECRET})
+    assert twice.returncode != 0 and "given twice" in twice.stderr and "MERGESTREAM_CLUSTER_SECRET" in twice.stderr, \
+        twice.stderr
+    short = run_serve(node, env={**os.environ, "MERGESTREAM_CLUSTER_SECRET": "short"})
+    assert short.returncode != 0 and "MERGESTREAM_CLUSTER_SECRET:" in short.stderr, short.stderr
 
 
 def test_an_unknown_key_is_refused_with_its_place(tmp_path):

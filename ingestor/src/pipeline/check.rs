@@ -9,8 +9,8 @@ use super::yaml::{self, Location, Node, Value};
 use super::*;
 use crate::decode::avro::AvroSchema;
 
-pub(super) fn check(text: &str, base: &Path) -> Result<Pipeline, Vec<Problem>> {
-    let root = match yaml::parse(text) {
+pub(super) fn check(text: &str, base: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Pipeline, Vec<Problem>> {
+    let mut root = match yaml::parse(text) {
         Ok(Some(root)) => root,
         Ok(None) => {
             return Err(vec![Problem {
@@ -21,6 +21,9 @@ pub(super) fn check(text: &str, base: &Path) -> Result<Pipeline, Vec<Problem>> {
         Err(e) => return Err(vec![Problem { at: e.at, message: format!("not valid YAML: {}", e.message) }]),
     };
     let mut checker = Checker { text, base, problems: Vec::new() };
+    for (at, message) in super::variables::expand(&mut root, env) {
+        checker.problems.push(Problem { at, message });
+    }
     let pipeline = checker.pipeline(&root);
     let mut problems = checker.problems;
     problems.sort_by_key(|p| p.at);
@@ -731,6 +734,23 @@ errors: { mode: dead_letter, dead_letter_topic: orders-bad, max_error_rate: 0.5 
             Ok(_) => Vec::new(),
             Err(problems) => problems.iter().map(|p| p.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn secrets_come_from_merge_stream_variables() {
+        let text = GOOD.replace(
+            "      security.protocol: plaintext\n",
+            "      security.protocol: sasl_plaintext\n      sasl.password: ${MERGESTREAM_KAFKA_PASSWORD}\n",
+        );
+        let env = |name: &str| (name == "MERGESTREAM_KAFKA_PASSWORD").then(|| "hunter2".to_string());
+        let p = Pipeline::parse_with_env(&text, Path::new("."), &env).expect("valid");
+        let Source::Kafka(k) = &p.source else { panic!("kafka") };
+        assert_eq!(k.properties["sasl.password"], "hunter2");
+        let unset = Pipeline::parse_with_env(&text, Path::new("."), &|_| None).expect_err("unset");
+        assert_eq!(
+            unset.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            ["8:22: `${MERGESTREAM_KAFKA_PASSWORD}`: the environment variable MERGESTREAM_KAFKA_PASSWORD is not set"]
+        );
     }
 
     #[test]

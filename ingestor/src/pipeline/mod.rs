@@ -5,6 +5,7 @@
 //! a misspelt optional key must not silently fall back to its default.
 
 mod check;
+pub mod variables;
 pub mod yaml;
 
 use std::collections::BTreeMap;
@@ -223,9 +224,19 @@ impl Pipeline {
         Pipeline::parse(&text, base).map_err(|problems| PipelineError::Invalid { path: path.to_path_buf(), problems })
     }
 
-    /// Validates pipeline text; every problem found, in file order.
+    /// Validates pipeline text, its `${MERGESTREAM_…}` read from the process' environment;
+    /// every problem found, in file order.
     pub fn parse(text: &str, base: &Path) -> Result<Pipeline, Vec<Problem>> {
-        check::check(text, base)
+        Pipeline::parse_with_env(text, base, &|name| std::env::var(name).ok())
+    }
+
+    /// [`parse`](Self::parse) with the variables of `env`.
+    pub fn parse_with_env(
+        text: &str,
+        base: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Pipeline, Vec<Problem>> {
+        check::check(text, base, env)
     }
 
     pub fn table(&self, name: &str) -> Option<&TableTarget> {

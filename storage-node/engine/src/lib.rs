@@ -16,6 +16,7 @@ mod merge_pool;
 pub mod metrics;
 pub mod names;
 pub mod part;
+pub mod progress;
 pub mod replica;
 pub mod schema;
 pub mod settings;

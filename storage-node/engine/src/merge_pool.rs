@@ -157,7 +157,7 @@ fn merge_worker(shared: &Shared) {
         warn!(error = %e, "cannot lower the merge thread's priority");
     }
     while let Some(table) = shared.next_table() {
-        match table.merge_once() {
+        match table.merge_once(None) {
             // Another merge may be due: the table's next turn comes after the waiting ones.
             Ok(true) => {
                 shared.lock().push(table, Instant::now());

@@ -12,6 +12,7 @@ use datafusion::execution::FunctionRegistry;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use mergestream_engine::catalog::DATABASE;
 use mergestream_engine::commit::{Quorum, QuorumSize};
+use mergestream_engine::progress::ReadProgress;
 use mergestream_engine::replica::{ReplicaControl, ReplicatedWait, WaitFor};
 use mergestream_engine::table::insert::InsertSummary;
 use mergestream_engine::{Catalog, EngineError, InsertOptions, OptimizeRequest, Table};
@@ -79,11 +80,15 @@ pub struct Session {
     plan_settings: Arc<Mutex<PlanSettings>>,
     settings: BTreeMap<String, String>,
     format: OutputFormat,
+    /// What the running statement has read (reset as each statement starts).
+    progress: Arc<ReadProgress>,
 }
 
 impl Session {
     pub fn new(catalog: Arc<Catalog>, format: OutputFormat) -> Session {
-        let plan_settings = Arc::new(Mutex::new(PlanSettings::default()));
+        let progress = Arc::new(ReadProgress::default());
+        let plan_settings =
+            Arc::new(Mutex::new(PlanSettings { progress: Some(progress.clone()), ..PlanSettings::default() }));
         let context = |partitions| {
             let mut config = SessionConfig::new()
                 .with_default_catalog_and_schema(CATALOG_NAME, mergestream_engine::catalog::DATABASE)
@@ -124,7 +129,14 @@ impl Session {
             plan_settings,
             settings: BTreeMap::new(),
             format,
+            progress,
         }
+    }
+
+    /// What the running statement has read so far: a progress line samples it from another
+    /// thread while the statement runs.
+    pub fn progress(&self) -> Arc<ReadProgress> {
+        self.progress.clone()
     }
 
     /// Runs the statements of `script` in order, handing each one's output to `output`; stops
@@ -162,6 +174,7 @@ impl Session {
 
     /// Runs one statement, `script[start..end]`; returns what it prints.
     pub async fn execute(&mut self, script: &str, start: usize, end: usize) -> Result<String> {
+        self.progress.reset();
         let mut tokens: Vec<Token> = tokenize(&script[start..end])?;
         for t in &mut tokens {
             t.start += start;
@@ -229,8 +242,12 @@ impl Session {
                     check_setting(name)?;
                 }
                 let table = self.catalog.table(&table)?;
-                let request =
-                    OptimizeRequest { partition_id: partition.map(|p| partition_id(&p)), final_merge, cleanup };
+                let request = OptimizeRequest {
+                    partition_id: partition.map(|p| partition_id(&p)),
+                    final_merge,
+                    cleanup,
+                    progress: Some(self.progress.clone()),
+                };
                 match self.catalog.replica(table.name()) {
                     Some(replica) => replica.optimize(&table, &request, self.replicated_wait(&settings)?).await?,
                     None => {

@@ -8,6 +8,7 @@
 //! resolved by reading the offset node back: the attempt id it names says whether this
 //! attempt committed, and its token whether an earlier attempt at the same block did.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,9 +22,10 @@ use mergestream_engine::{
     Catalog, EngineError, InsertOptions, InsertSummary, PreparedCommitError, PreparedInsert, Table,
 };
 use mergestream_proto::ingest::ingest_server::Ingest;
+use mergestream_proto::ingest::query_event;
 use mergestream_proto::ingest::{
     AwaitQuorumReply, AwaitQuorumRequest, CreateTableRequest, DescribeTableRequest, InsertReply, InsertRequest,
-    QueryReply, QueryRequest, TableSchema,
+    QueryEvent, QueryProgress, QueryReply, QueryRequest, TableSchema,
 };
 use mergestream_proto::refusal::Reason;
 use mergestream_query::{OutputFormat, Session};
@@ -418,6 +420,12 @@ impl Ingest for IngestService {
         guarded("Query", self.handle_query(request)).await
     }
 
+    type QueryWithProgressStream = QueryEventStream;
+
+    async fn query_with_progress(&self, request: Request<QueryRequest>) -> Result<Response<QueryEventStream>, Status> {
+        guarded("QueryWithProgress", self.handle_query_with_progress(request)).await
+    }
+
     async fn await_quorum(&self, request: Request<AwaitQuorumRequest>) -> Result<Response<AwaitQuorumReply>, Status> {
         guarded("AwaitQuorum", async move {
             let request = request.into_inner();
@@ -527,27 +535,94 @@ impl IngestService {
     }
 
     async fn handle_query(&self, request: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
-        let request = request.into_inner();
-        let format = OutputFormat::parse(if request.format.is_empty() { "TSV" } else { &request.format })
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let began = Instant::now();
-        let mut session = Session::new(self.catalog.clone(), format);
-        let run = async move {
-            let mut output = String::new();
-            // Every statement's result, in order, as clickhouse-client prints a multi-statement query.
-            session.run_script(&request.sql, |_, text, _| output.push_str(text)).await.map(|()| output)
-        };
-        let output = self
-            .queries
-            .spawn(run)
-            .await
-            .map_err(|e| Status::internal(format!("query task failed: {e}")))
-            .and_then(|result| result.map_err(|e| Status::invalid_argument(e.to_string())));
-        metrics::histogram!(crate::metrics::QUERY_DURATION).record(began.elapsed().as_secs_f64());
-        let outcome = if output.is_ok() { "ok" } else { "error" };
-        metrics::counter!(crate::metrics::QUERIES, "outcome" => outcome).increment(1);
+        let running = self.start_query(request.into_inner())?;
+        let output = running.task.await.unwrap_or_else(|e| Err(Status::internal(format!("query task failed: {e}"))));
+        record_query(running.began, &output);
         Ok(Response::new(QueryReply { output: output? }))
     }
+
+    async fn handle_query_with_progress(
+        &self,
+        request: Request<QueryRequest>,
+    ) -> Result<Response<QueryEventStream>, Status> {
+        let RunningQuery { began, progress, statement, mut task } = self.start_query(request.into_inner())?;
+        let (sender, receiver) = tokio::sync::mpsc::channel::<Result<QueryEvent, Status>>(4);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(PROGRESS_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let output = loop {
+                tokio::select! {
+                    done = &mut task => {
+                        break done.unwrap_or_else(|e| Err(Status::internal(format!("query task failed: {e}"))));
+                    }
+                    _ = every.tick() => {
+                        let counts = progress.counts();
+                        let event = QueryProgress {
+                            rows_read: counts.rows,
+                            bytes_read: counts.bytes,
+                            elapsed_ms: began.elapsed().as_millis() as u64,
+                            statement: statement.load(Ordering::Relaxed),
+                        };
+                        let event = QueryEvent { event: Some(query_event::Event::Progress(event)) };
+                        if sender.send(Ok(event)).await.is_err() {
+                            // The client went away: its query need not finish.
+                            task.abort();
+                            return;
+                        }
+                    }
+                }
+            };
+            record_query(began, &output);
+            let last = output.map(|output| QueryEvent { event: Some(query_event::Event::Output(output)) });
+            let _ = sender.send(last).await;
+        });
+        let stream = futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|item| (item, receiver))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    /// Starts a script on the query runtime, every statement's output collected in order (as
+    /// clickhouse-client prints a multi-statement query).
+    fn start_query(&self, request: QueryRequest) -> Result<RunningQuery, Status> {
+        let format = OutputFormat::parse(if request.format.is_empty() { "TSV" } else { &request.format })
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let mut session = Session::new(self.catalog.clone(), format);
+        let progress = session.progress();
+        let statement = Arc::new(AtomicU32::new(1));
+        let running = statement.clone();
+        let run = async move {
+            let mut output = String::new();
+            session
+                .run_script(&request.sql, |index, text, _| {
+                    output.push_str(text);
+                    running.store(index as u32 + 1, Ordering::Relaxed);
+                })
+                .await
+                .map(|()| output)
+                .map_err(|e| Status::invalid_argument(e.to_string()))
+        };
+        Ok(RunningQuery { began: Instant::now(), progress, statement, task: self.queries.spawn(run) })
+    }
+}
+
+/// How often QueryWithProgress reports.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+pub type QueryEventStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<QueryEvent, Status>> + Send>>;
+
+struct RunningQuery {
+    began: Instant,
+    progress: Arc<mergestream_engine::progress::ReadProgress>,
+    /// The 1-based statement running now.
+    statement: Arc<AtomicU32>,
+    task: tokio::task::JoinHandle<Result<String, Status>>,
+}
+
+fn record_query(began: Instant, output: &Result<String, Status>) {
+    metrics::histogram!(crate::metrics::QUERY_DURATION).record(began.elapsed().as_secs_f64());
+    let outcome = if output.is_ok() { "ok" } else { "error" };
+    metrics::counter!(crate::metrics::QUERIES, "outcome" => outcome).increment(1);
 }
 
 #[cfg(test)]

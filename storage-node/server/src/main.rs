@@ -7,6 +7,7 @@ mod ingest;
 mod interserver;
 mod ipc;
 mod metrics;
+mod progress_line;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -215,9 +216,12 @@ fn run_script(
     show_time: bool,
 ) -> anyhow::Result<()> {
     let mut session = Session::new(catalog, format);
+    let line = progress_line::ProgressLine::on_stderr(Some(session.progress()));
     let mut stdout = std::io::stdout().lock();
     let mut write_error = None;
+    line.statement_started();
     let result = runtime.block_on(session.run_script(&script, |_, text, elapsed| {
+        line.statement_finished();
         if write_error.is_none() {
             if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
                 write_error = Some(e);
@@ -226,7 +230,10 @@ fn run_script(
         if show_time {
             eprintln!("{:.3}", elapsed.as_secs_f64());
         }
+        // The statements run one after another: the next one starts now.
+        line.statement_started();
     }));
+    drop(line);
     if let Some(e) = write_error {
         return Err(e).context("cannot write the result");
     }
@@ -340,6 +347,9 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn run_client(args: ClientArgs) -> anyhow::Result<()> {
+    use mergestream_engine::progress::ReadCounts;
+    use mergestream_proto::ingest::query_event;
+
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     let output = runtime.block_on(async {
@@ -350,8 +360,26 @@ fn run_client(args: ClientArgs) -> anyhow::Result<()> {
             .max_decoding_message_size(256 << 20)
             .max_encoding_message_size(256 << 20);
         let request = mergestream_proto::ingest::QueryRequest { sql: script_of(args.query)?, format: args.format };
-        let reply = client.query(request).await.map_err(|s| anyhow::anyhow!("{}", s.message()))?;
-        anyhow::Ok(reply.into_inner().output)
+        let mut events =
+            client.query_with_progress(request).await.map_err(|s| anyhow::anyhow!("{}", s.message()))?.into_inner();
+        // The server reports what the running statement has read; the line shows it.
+        let line = progress_line::ProgressLine::on_stderr(None);
+        let mut statement = 0;
+        line.statement_started();
+        loop {
+            let event = events.message().await.map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            match event.and_then(|e| e.event) {
+                Some(query_event::Event::Progress(p)) => {
+                    if p.statement != statement {
+                        statement = p.statement;
+                        line.statement_started();
+                    }
+                    line.update(ReadCounts { rows: p.rows_read, bytes: p.bytes_read });
+                }
+                Some(query_event::Event::Output(output)) => return anyhow::Ok(output),
+                None => anyhow::bail!("the storage node ended the query without its output"),
+            }
+        }
     })?;
     print!("{output}");
     Ok(())

@@ -20,6 +20,7 @@ use super::Table;
 use crate::error::{EngineError, Result};
 use crate::merge::{build_algorithm, AlgorithmOptions, SortedMerge, SortedStream};
 use crate::part::DataPart;
+use crate::progress::ReadProgress;
 use crate::schema::{EngineKind, TableDef};
 
 /// FINAL splits its work only when the parts hold at least this many rows.
@@ -37,17 +38,33 @@ pub struct FinalTask {
     out_positions: Vec<usize>,
     filter: Option<VisibilityFilter>,
     part_column: bool,
+    progress: Option<Arc<ReadProgress>>,
     pieces: Vec<Vec<PartRows>>,
 }
 
 impl FinalTask {
     /// The task's rows, merged lazily as the stream is read.
     pub fn into_stream(self) -> SortedStream {
-        let FinalTask { def, merge_columns, merge_schema, key_columns, out_positions, filter, part_column, pieces } =
-            self;
+        let FinalTask {
+            def,
+            merge_columns,
+            merge_schema,
+            key_columns,
+            out_positions,
+            filter,
+            part_column,
+            progress,
+            pieces,
+        } = self;
         let open = move |piece: Vec<PartRows>| -> Result<SortedStream> {
             if let [(part, rows)] = piece.as_slice() {
-                let stream = part_stream(part, &merge_columns, Some(std::slice::from_ref(rows)), part_column)?;
+                let stream = part_stream(
+                    part,
+                    &merge_columns,
+                    Some(std::slice::from_ref(rows)),
+                    part_column,
+                    progress.as_ref(),
+                )?;
                 return Ok(match filter {
                     Some(f) => apply_filter(stream, f),
                     None => stream,
@@ -57,7 +74,13 @@ impl FinalTask {
                 .iter()
                 .map(|(p, rows)| {
                     Ok((
-                        part_stream(p, &merge_columns, Some(std::slice::from_ref(rows)), part_column)?,
+                        part_stream(
+                            p,
+                            &merge_columns,
+                            Some(std::slice::from_ref(rows)),
+                            part_column,
+                            progress.as_ref(),
+                        )?,
                         p.name.level > 0,
                     ))
                 })
@@ -168,6 +191,7 @@ impl Table {
                 out_positions: out_positions.clone(),
                 filter,
                 part_column,
+                progress: options.progress.clone(),
                 pieces,
             })
             .collect())

@@ -8,8 +8,9 @@ use tracing::{debug, info};
 use super::Table;
 use crate::error::{EngineError, Result};
 use crate::merge::select::{merge_pressure, PartSize};
-use crate::merge::{build_algorithm, decode_ahead, AlgorithmOptions, SortedMerge, SortedStream, MERGE_BLOCK_ROWS};
+use crate::merge::{build_algorithm, decode_ahead, AlgorithmOptions, SortedMerge, MERGE_BLOCK_ROWS};
 use crate::part::{name::PartName, DataPart, PartWriter};
+use crate::progress::{counted, ReadProgress};
 use crate::schema::EngineKind;
 
 /// `OPTIMIZE TABLE t [PARTITION p] [FINAL] [CLEANUP]`.
@@ -19,6 +20,8 @@ pub struct OptimizeRequest {
     pub partition_id: Option<String>,
     pub final_merge: bool,
     pub cleanup: bool,
+    /// Counts the rows and bytes the merges read, for the statement's progress.
+    pub progress: Option<Arc<ReadProgress>>,
 }
 
 /// Whether an insert holds a block number between two adjacent parts of one partition.
@@ -93,7 +96,7 @@ impl Table {
             }
             parts
         };
-        let merged = self.run_merge(parts, options)?;
+        let merged = self.run_merge(parts, options, None)?;
         if merged != *result {
             tracing::error!(table = %self.def.name, %merged, %result, "a replicated merge made another part than its entry names");
         }
@@ -138,10 +141,10 @@ impl Table {
     }
 
     /// Runs one background merge if the selector finds one; whether it did.
-    pub fn merge_once(&self) -> Result<bool> {
+    pub fn merge_once(&self, progress: Option<&Arc<ReadProgress>>) -> Result<bool> {
         match self.select_merge() {
             Some(parts) => {
-                self.run_merge(parts, AlgorithmOptions::default())?;
+                self.run_merge(parts, AlgorithmOptions::default(), progress)?;
                 Ok(true)
             }
             None => Ok(false),
@@ -149,9 +152,14 @@ impl Table {
     }
 
     /// Merges `parts` (adjacent, one partition, already marked merging) into one part.
-    pub fn run_merge(&self, parts: Vec<Arc<DataPart>>, options: AlgorithmOptions) -> Result<PartName> {
+    pub fn run_merge(
+        &self,
+        parts: Vec<Arc<DataPart>>,
+        options: AlgorithmOptions,
+        progress: Option<&Arc<ReadProgress>>,
+    ) -> Result<PartName> {
         let began = std::time::Instant::now();
-        let result = self.write_merged(&parts, options);
+        let result = self.write_merged(&parts, options, progress);
         let mut state = self.lock_state();
         for part in &parts {
             state.merging.remove(&part.name);
@@ -184,7 +192,12 @@ impl Table {
         Ok(name)
     }
 
-    fn write_merged(&self, parts: &[Arc<DataPart>], options: AlgorithmOptions) -> Result<DataPart> {
+    fn write_merged(
+        &self,
+        parts: &[Arc<DataPart>],
+        options: AlgorithmOptions,
+        progress: Option<&Arc<ReadProgress>>,
+    ) -> Result<DataPart> {
         let first = parts.first().ok_or_else(|| EngineError::BadOptimize {
             table: self.def.name.clone(),
             message: "nothing to merge".into(),
@@ -198,7 +211,7 @@ impl Table {
         debug!(table = %self.def.name, part = %name, sources = parts.len(), "merging parts");
         let streams = parts
             .iter()
-            .map(|p| Ok(Box::new(p.reader()?.batch_size(MERGE_BLOCK_ROWS).build()?) as SortedStream))
+            .map(|p| Ok(counted(Box::new(p.reader()?.batch_size(MERGE_BLOCK_ROWS).build()?), progress)))
             .collect::<Result<Vec<_>>>()?;
         let sources = decode_ahead(streams).into_iter().zip(parts.iter().map(|p| p.name.level > 0)).collect();
         let algorithm = build_algorithm(&self.def, &self.schema, options)?;
@@ -269,14 +282,14 @@ impl Table {
             if self.merges_stopped() {
                 return self.refuse_stopped_merge();
             }
-            return self.merge_once().map(|_| ());
+            return self.merge_once(request.progress.as_ref()).map(|_| ());
         }
         let options = AlgorithmOptions { cleanup: request.cleanup, final_read: false };
         let partitions = self.optimize_partitions(request);
         for partition_id in partitions {
             let parts = self.take_partition_for_merge(&partition_id)?;
             if !parts.is_empty() {
-                self.run_merge(parts, options)?;
+                self.run_merge(parts, options, request.progress.as_ref())?;
             }
         }
         Ok(())

@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::merge::{SortedStream, MERGE_BLOCK_ROWS};
 use crate::part::writer::ROW_GROUP_ROWS;
 use crate::part::DataPart;
+use crate::progress::{counted, ReadProgress};
 
 /// The virtual column naming the part a row was read from.
 pub const PART_COLUMN: &str = "_part";
@@ -43,6 +44,8 @@ pub struct ReadOptions {
     /// `select_sequential_consistency` on a replicated table: per partition, the highest block
     /// a read may see (parts of other partitions are not seen at all).
     pub visible_blocks: Option<Arc<BTreeMap<String, i64>>>,
+    /// Counts the rows and bytes read, for the statement's progress.
+    pub progress: Option<Arc<ReadProgress>>,
 }
 
 impl Table {
@@ -108,6 +111,7 @@ impl Table {
                 tasks.push(ScanTask {
                     columns: options.columns.clone(),
                     with_part_column: options.with_part_column,
+                    progress: options.progress.clone(),
                     pieces: Vec::new(),
                 });
                 filled = 0;
@@ -127,15 +131,16 @@ impl Table {
 pub struct ScanTask {
     columns: Vec<usize>,
     with_part_column: bool,
+    progress: Option<Arc<ReadProgress>>,
     pieces: Vec<(Arc<DataPart>, Vec<Range<usize>>)>,
 }
 
 impl ScanTask {
     /// The task's rows, read lazily part after part.
     pub fn into_stream(self) -> Result<SortedStream> {
-        let ScanTask { columns, with_part_column, pieces } = self;
+        let ScanTask { columns, with_part_column, progress, pieces } = self;
         Ok(Box::new(pieces.into_iter().flat_map(move |(part, ranges)| {
-            match part_stream(&part, &columns, Some(&ranges), with_part_column) {
+            match part_stream(&part, &columns, Some(&ranges), with_part_column, progress.as_ref()) {
                 Ok(stream) => stream,
                 Err(e) => Box::new(std::iter::once(Err(e))) as SortedStream,
             }
@@ -148,6 +153,7 @@ pub(super) fn part_stream(
     columns: &[usize],
     ranges: Option<&[Range<usize>]>,
     with_part_column: bool,
+    progress: Option<&Arc<ReadProgress>>,
 ) -> Result<SortedStream> {
     let mut reader = part.reader()?.project(columns).batch_size(MERGE_BLOCK_ROWS);
     if let Some(ranges) = ranges {
@@ -155,7 +161,7 @@ pub(super) fn part_stream(
             reader = reader.select_rows(ranges, part.rows() as usize);
         }
     }
-    let batches = reader.build()?;
+    let batches = counted(Box::new(reader.build()?), progress);
     // The stream holds the part, so a merge cannot delete it while it is read.
     let holder = part.clone();
     if !with_part_column {

@@ -37,7 +37,7 @@ fn outdated_parts_stay_on_disk_while_a_reader_holds_them() {
     table.insert(block(&table, 0..10), &InsertOptions::default()).expect("insert");
     table.insert(block(&table, 10..20), &InsertOptions::default()).expect("insert");
     let reader = table.snapshot();
-    table.optimize(&OptimizeRequest { partition_id: None, final_merge: true, cleanup: false }).expect("optimize");
+    table.optimize(&OptimizeRequest { final_merge: true, ..Default::default() }).expect("optimize");
     assert!(reader.iter().all(|p| p.is_outdated() && p.dir.exists()));
     let names: Vec<String> = table.parts_info().iter().filter(|p| p.active).map(|p| p.name.clone()).collect();
     assert_eq!(names, vec!["all_1_2_1"]);
@@ -63,7 +63,7 @@ fn restart_drops_parts_covered_by_a_merge_and_temporary_ones() {
             std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
         }
     };
-    table.optimize(&OptimizeRequest { partition_id: None, final_merge: true, cleanup: false }).expect("optimize");
+    table.optimize(&OptimizeRequest { final_merge: true, ..Default::default() }).expect("optimize");
     let saved = dir.path().join("saved");
     for part in &sources {
         copy(&part.dir, &saved.join(part.name.to_string()));
@@ -287,7 +287,7 @@ fn an_empty_part_in_place_of_a_lost_one_is_read_merged_and_reopened() {
     drop(table);
     let table = Table::open(&path, &LOCAL).expect("reopen");
     assert_eq!(table.parts_info().len(), 2, "the empty part is a part like the others after a restart");
-    table.optimize(&OptimizeRequest { partition_id: None, final_merge: true, cleanup: false }).expect("optimize");
+    table.optimize(&OptimizeRequest { final_merge: true, ..Default::default() }).expect("optimize");
     let parts: Vec<(String, u64)> = table.parts_info().iter().map(|p| (p.name.clone(), p.rows)).collect();
     assert_eq!(parts, vec![("all_1_5_1".to_string(), 10)]);
 }
@@ -328,4 +328,28 @@ async fn parts_detached_for_a_restore_are_attached_back_in_insertion_order_under
         .expect("task")
         .expect("list")
         .is_empty());
+}
+
+#[test]
+fn reads_and_merges_count_what_they_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = Table::create(&dir.path().join("t"), def(TableSettings::default()), &LOCAL).expect("create");
+    table.insert(block(&table, 0..10), &InsertOptions::default()).expect("insert");
+    table.insert(block(&table, 10..30), &InsertOptions::default()).expect("insert");
+    let progress = Arc::new(crate::progress::ReadProgress::default());
+    let options = ReadOptions { columns: vec![0, 1], progress: Some(progress.clone()), ..Default::default() };
+    assert_eq!(rows(table.scan(&options).expect("scan")), 30);
+    let scanned = progress.counts();
+    assert_eq!(scanned.rows, 30);
+    assert!(scanned.bytes >= 30 * 16, "{scanned:?}");
+
+    progress.reset();
+    table
+        .optimize(&OptimizeRequest { final_merge: true, progress: Some(progress.clone()), ..Default::default() })
+        .expect("optimize");
+    assert_eq!(progress.counts().rows, 30);
+
+    progress.reset();
+    assert_eq!(rows(table.scan(&ReadOptions { columns: vec![0, 1], ..Default::default() }).expect("scan")), 30);
+    assert_eq!(progress.counts().rows, 0, "a read without the statement's progress counts nothing into it");
 }

@@ -24,6 +24,8 @@ pub struct PlanSettings {
     pub final_within_partitions: bool,
     /// `select_sequential_consistency`: replicated tables show only what reached its quorum.
     pub sequential_consistency: bool,
+    /// Where the session's scans count what they read.
+    pub progress: Option<Arc<mergestream_engine::progress::ReadProgress>>,
 }
 
 pub struct EngineCatalog {
@@ -69,11 +71,11 @@ impl SchemaProvider for TablesSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let (within, consistent) = self
+        let (within, consistent, progress) = self
             .settings
             .lock()
-            .map(|s| (s.final_within_partitions, s.sequential_consistency))
-            .unwrap_or((false, false));
+            .map(|s| (s.final_within_partitions, s.sequential_consistency, s.progress.clone()))
+            .unwrap_or((false, false, None));
         let (base, mode) = if let Some(base) = name.strip_prefix(FINAL_VIRTUAL_PREFIX) {
             (base, ScanMode::Final { within_partitions: within, with_part_column: true })
         } else if let Some(base) = name.strip_prefix(FINAL_PREFIX) {
@@ -90,7 +92,7 @@ impl SchemaProvider for TablesSchema {
             }
             None => None,
         };
-        Ok(Some(Arc::new(EngineTableProvider::new(table, mode).with_visible_blocks(visible))))
+        Ok(Some(Arc::new(EngineTableProvider::new(table, mode).with_visible_blocks(visible).with_progress(progress))))
     }
 
     fn table_exist(&self, name: &str) -> bool {

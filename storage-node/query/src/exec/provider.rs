@@ -17,6 +17,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use mergestream_engine::merge::SortedStream;
+use mergestream_engine::progress::ReadProgress;
 use mergestream_engine::table::{FinalTask, KeyBound, KeyRange, ScanTask};
 use mergestream_engine::{ReadOptions, Table};
 
@@ -39,6 +40,8 @@ pub struct EngineTableProvider {
     schema: SchemaRef,
     /// `select_sequential_consistency`: the highest block each partition may show.
     visible_blocks: Option<Arc<std::collections::BTreeMap<String, i64>>>,
+    /// The statement's read progress, counted by every scan of the table.
+    progress: Option<Arc<ReadProgress>>,
 }
 
 impl std::fmt::Debug for EngineTableProvider {
@@ -56,7 +59,12 @@ impl EngineTableProvider {
             ..Default::default()
         };
         let schema = table.read_schema(&all);
-        EngineTableProvider { table, mode, schema, visible_blocks: None }
+        EngineTableProvider { table, mode, schema, visible_blocks: None, progress: None }
+    }
+
+    pub fn with_progress(mut self, progress: Option<Arc<ReadProgress>>) -> Self {
+        self.progress = progress;
+        self
     }
 
     pub fn with_visible_blocks(mut self, visible: Option<std::collections::BTreeMap<String, i64>>) -> Self {
@@ -184,6 +192,7 @@ impl TableProvider for EngineTableProvider {
             final_within_partitions: matches!(self.mode, ScanMode::Final { within_partitions: true, .. }),
             columns: columns.clone(),
             visible_blocks: self.visible_blocks.clone(),
+            progress: self.progress.clone(),
         };
         let read_schema = self.table.read_schema(&options);
         // Positions of the wanted provider columns in the read's schema.
