@@ -1,6 +1,8 @@
-"""compose.yaml, run without Docker: each mergestream service's own command line, with the
-binaries the test script built, the service host names and ports mapped to free loopback
-ports and the volumes to directories; the `kafka` service is the Tansu broker the other
+"""compose.yaml, validated against the Compose Specification's JSON schema (fetched by
+scripts/install-compose-schema) with every image pinned to a version, and run without
+Docker: each mergestream service's own command line, with the binaries the test script
+built, the service host names and ports mapped to free loopback ports and the volumes to
+directories; the `kafka` service is the Tansu broker the other
 ingestor tests use. Orders produced to the `orders` topic must reach the table through the
 pipeline the ingestor service runs. What this cannot check is the image build itself: no
 Docker engine runs on the machines this project is tested on."""
@@ -45,6 +47,30 @@ def start_order(services):
                 done.append(name)
     assert len(done) == len(services), f"a depends_on cycle among {sorted(services)}"
     return done
+
+
+def test_compose_yaml_follows_the_compose_specification():
+    import jsonschema
+
+    schema_path = subprocess.run([sys.executable, str(ROOT / "scripts" / "install-compose-schema")], check=True,
+                                 capture_output=True, text=True, timeout=120).stdout.strip()
+    schema = json.loads(Path(schema_path).read_text())
+    errors = [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+              for e in jsonschema.Draft201909Validator(schema).iter_errors(COMPOSE)]
+    assert errors == [], errors
+
+
+def test_every_image_is_pinned_to_a_version():
+    for name, service in COMPOSE["services"].items():
+        image = service["image"]
+        if image == "mergestream:local":
+            continue  # built from this repository (the Dockerfile's bases are checked below)
+        repository, _, tag = image.rpartition(":")
+        assert repository and re.fullmatch(r"v?\d+(\.\d+)+", tag), f"{name}: {image} is not pinned to a version"
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("FROM "):
+            image = line.split()[1]
+            assert re.search(r":v?\d+\.\d+", image), f"Dockerfile: {line} is not pinned to a version"
 
 
 def test_every_published_port_is_one_the_service_listens_on():

@@ -110,7 +110,7 @@ impl Session {
                 CATALOG_NAME,
                 Arc::new(EngineCatalog { catalog: catalog.clone(), settings: plan_settings.clone() }),
             );
-            ctx.register_udtf("numbers", Arc::new(NumbersFunction));
+            ctx.register_udtf("numbers", Arc::new(NumbersFunction { progress: Some(progress.clone()) }));
             crate::exec::aggregate_states::register(&ctx);
             crate::exec::byte_extremes::register(&ctx);
             ctx.register_udf(datafusion::logical_expr::ScalarUDF::from(crate::exec::operators::IntDiv::default()));

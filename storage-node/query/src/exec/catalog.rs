@@ -5,14 +5,18 @@
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
-use arrow::datatypes::{DataType as ArrowType, Field, Schema};
+use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
+use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableFunctionImpl, TableProvider};
 use datafusion::common::{plan_err, ScalarValue};
-use datafusion::datasource::MemTable;
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
 use mergestream_engine::catalog::DATABASE;
+use mergestream_engine::progress::ReadProgress;
 use mergestream_engine::Catalog;
 
 use super::provider::{EngineTableProvider, ScanMode};
@@ -100,9 +104,13 @@ impl SchemaProvider for TablesSchema {
     }
 }
 
-/// `numbers(N)` and `numbers(offset, N)`: a `number UInt64` column.
-#[derive(Debug)]
-pub struct NumbersFunction;
+/// `numbers(N)` and `numbers(offset, N)`: a `number UInt64` column, generated as it is read
+/// (`numbers(1e12) LIMIT 3` makes three rows, not a trillion held in memory) and counted into
+/// the session's progress, as ClickHouse counts the rows it reads from it.
+#[derive(Debug, Default)]
+pub struct NumbersFunction {
+    pub progress: Option<Arc<ReadProgress>>,
+}
 
 const NUMBERS_BATCH: u64 = 65_536;
 
@@ -123,17 +131,41 @@ impl TableFunctionImpl for NumbersFunction {
             _ => return plan_err!("numbers() takes 1 or 2 arguments"),
         };
         let schema = Arc::new(Schema::new(vec![Field::new("number", ArrowType::UInt64, false)]));
-        let mut batches = Vec::new();
-        let mut next = start;
-        let end = start.saturating_add(count);
-        while next < end {
-            let stop = end.min(next + NUMBERS_BATCH);
-            let column: ArrayRef = Arc::new(UInt64Array::from_iter_values(next..stop));
-            batches.push(RecordBatch::try_new(schema.clone(), vec![column])?);
-            next = stop;
-        }
+        let numbers = NumbersPartition {
+            schema: schema.clone(),
+            start,
+            end: start.saturating_add(count),
+            progress: self.progress.clone(),
+        };
         // One partition, in order: `INSERT … SELECT … FROM numbers(N)` inserts rows in the order
         // of `number`, as ClickHouse does.
-        Ok(Arc::new(MemTable::try_new(schema, vec![batches])?))
+        Ok(Arc::new(StreamingTable::try_new(schema, vec![Arc::new(numbers)])?))
+    }
+}
+
+#[derive(Debug)]
+struct NumbersPartition {
+    schema: SchemaRef,
+    start: u64,
+    end: u64,
+    progress: Option<Arc<ReadProgress>>,
+}
+
+impl PartitionStream for NumbersPartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _context: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (schema, end, progress) = (self.schema.clone(), self.end, self.progress.clone());
+        let batches = (self.start..end).step_by(NUMBERS_BATCH as usize).map(move |first| {
+            let column: ArrayRef = Arc::new(UInt64Array::from_iter_values(first..end.min(first + NUMBERS_BATCH)));
+            let batch = RecordBatch::try_new(schema.clone(), vec![column])?;
+            if let Some(progress) = &progress {
+                progress.add(&batch);
+            }
+            Ok(batch)
+        });
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), futures::stream::iter(batches)))
     }
 }
