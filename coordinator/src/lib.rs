@@ -5,6 +5,7 @@
 //! and `watch` what a node keeps beside the tree for its connected sessions, `server` the client
 //! port, and `node` ties them together.
 
+pub mod acl;
 pub mod metrics;
 pub mod node;
 pub mod proto;

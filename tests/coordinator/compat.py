@@ -29,8 +29,11 @@ def norm(value):
 
 
 class Recorder:
-    def __init__(self, hosts, clients=1):
-        self.clients = [KazooClient(hosts=hosts, timeout=10) for _ in range(clients)]
+    """`auth`: per client, the (scheme, credentials) it authenticates with at connect."""
+
+    def __init__(self, hosts, clients=1, auth=None):
+        auth = auth or [None] * clients
+        self.clients = [KazooClient(hosts=hosts, timeout=10, auth_data=auth[i]) for i in range(clients)]
         for c in self.clients:
             c.start(timeout=15)
         self.log = []

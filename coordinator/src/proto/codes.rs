@@ -90,6 +90,8 @@ pub enum ErrorCode {
     InvalidAcl = -114,
     SessionMoved = -118,
     NoWatcher = -121,
+    // Added after the others: serialized results name variants by position.
+    AuthFailed = -115,
 }
 
 impl ErrorCode {

@@ -31,7 +31,7 @@ impl Stat {
     }
 }
 
-/// An ACL entry: permissions and an id (`scheme:id`). Stored and returned; not enforced.
+/// An ACL entry: permissions and an id (`scheme:id`); see [`crate::acl`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Acl {
     pub perms: i32,
@@ -181,8 +181,11 @@ pub enum Request {
         watcher_type: i32,
         check_only: bool,
     },
-    /// Credentials are accepted and ignored: ACLs are not enforced.
-    Auth,
+    /// `addauth scheme credentials` (AuthPacket).
+    Auth {
+        scheme: String,
+        credentials: Vec<u8>,
+    },
     /// An operation code this server does not implement.
     Unsupported(i32),
 }
@@ -239,7 +242,10 @@ impl Request {
                 watcher_type: r.i32()?,
                 check_only: op_code == op::CHECK_WATCHES,
             },
-            op::AUTH => Self::Auth,
+            op::AUTH => {
+                let _type = r.i32()?;
+                Self::Auth { scheme: r.string()?, credentials: r.buffer()? }
+            }
             other => Self::Unsupported(other),
         })
     }

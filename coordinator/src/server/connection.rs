@@ -4,6 +4,8 @@
 //! and watch events leave through the session's outbox, in tree order.
 
 use std::net::SocketAddr;
+
+use crate::acl::{self, perms, AuthId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,7 +51,7 @@ enum ConnectionError {
 pub async fn run(node: Arc<Coordinator>, stream: TcpStream, peer: SocketAddr) {
     node.stats.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
-    let result = serve(&node, stream).await;
+    let result = serve(&node, stream, peer).await;
     node.stats.connections.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
     match result {
@@ -69,7 +71,7 @@ async fn read_len(stream: &mut tokio::net::tcp::OwnedReadHalf) -> Result<usize, 
     Ok(len)
 }
 
-async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream) -> Result<(), ConnectionError> {
+async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream, peer: SocketAddr) -> Result<(), ConnectionError> {
     // A connection has a while to say what it is, as ZooKeeper gives a connection without a
     // session: one that says nothing would hold a descriptor for ever.
     let connect = match tokio::time::timeout(node.config.handshake_timeout, read_connect(node, &mut stream)).await {
@@ -85,7 +87,7 @@ async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream) -> Result<(), Con
     let closed = Arc::new(Notify::new());
     let (frames, rx) = frame_queue(MAX_QUEUED_BYTES, closed.clone());
     let mut writer_task = tokio::spawn(write_frames(writer, rx));
-    let session = match establish(node, &connect, &frames, closed).await {
+    let session = match establish(node, &connect, &frames, closed, peer).await {
         Ok(Some(session)) => session,
         Ok(None) => {
             // Expired or unknown session: ZooKeeper answers with a zero timeout and closes.
@@ -172,6 +174,10 @@ struct Session {
     connection_id: u64,
     frames: FrameSender,
     closed: Arc<Notify>,
+    /// The identities ACLs are checked against: the client's address, then what it added
+    /// with `addauth`. They belong to the connection, as in ZooKeeper (a client that
+    /// reconnects authenticates again).
+    auth: std::sync::Mutex<Vec<AuthId>>,
 }
 
 /// Creates or resumes the session, registers its outbox on this node and sends the connect
@@ -181,6 +187,7 @@ async fn establish(
     connect: &ConnectRequest,
     frames: &FrameSender,
     closed: Arc<Notify>,
+    peer: SocketAddr,
 ) -> Result<Option<Session>, ConnectionError> {
     let cfg = &node.config;
     let (session_id, timeout_ms, password) = if connect.session_id == 0 {
@@ -219,6 +226,7 @@ async fn establish(
         connection_id: node.next_connection_id(),
         frames: frames.clone(),
         closed,
+        auth: std::sync::Mutex::new(vec![AuthId::ip(peer.ip())]),
     };
     {
         let mut inner = node.state.lock();
@@ -379,7 +387,25 @@ impl Session {
                 }
                 Err(e) => return Err(ConnectionError::NoLeader(format!("sync: {e}"))),
             },
-            Request::Auth => self.send(reply::empty(xid::AUTH, node.state.lock().tree.last_zxid())),
+            Request::Auth { scheme, credentials } => {
+                let zxid = node.state.lock().tree.last_zxid();
+                match acl::authenticate(&scheme, &credentials) {
+                    Some(id) => {
+                        let mut auth = self.auth();
+                        if !auth.contains(&id) {
+                            auth.push(id);
+                        }
+                        drop(auth);
+                        self.send(reply::empty(xid::AUTH, zxid));
+                    }
+                    None => {
+                        // ZooKeeper answers AUTHFAILED and closes the connection.
+                        tracing::debug!(scheme, "authentication failed");
+                        self.send(reply::error(xid::AUTH, zxid, ErrorCode::AuthFailed));
+                        self.closed.notify_one();
+                    }
+                }
+            }
             Request::Unsupported(code) => {
                 tracing::debug!(op = code, "unimplemented operation");
                 self.send(reply::error(xid, node.state.lock().tree.last_zxid(), ErrorCode::Unimplemented));
@@ -392,6 +418,15 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    fn auth(&self) -> std::sync::MutexGuard<'_, Vec<AuthId>> {
+        self.auth.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this connection's identities hold `perm` on a node with `acl`.
+    fn may(&self, acl: &[Acl], perm: i32) -> bool {
+        acl::permits(acl, &self.auth(), perm)
     }
 
     /// Answers a read from this node's tree and registers the watch it asks for.
@@ -416,6 +451,9 @@ impl Session {
                     return reply::error(xid, zxid, code);
                 }
                 let Some(n) = inner.tree.node(&p) else { return reply::error(xid, zxid, ErrorCode::NoNode) };
+                if !self.may(&n.acl, perms::READ) {
+                    return reply::error(xid, zxid, ErrorCode::NoAuth);
+                }
                 let mut w = reply::header(xid, zxid, ErrorCode::Ok);
                 w.buffer(&n.data);
                 n.stat().write(&mut w);
@@ -429,6 +467,9 @@ impl Session {
                     return reply::error(xid, zxid, code);
                 }
                 let Some(n) = inner.tree.node(&p) else { return reply::error(xid, zxid, ErrorCode::NoNode) };
+                if !self.may(&n.acl, perms::READ) {
+                    return reply::error(xid, zxid, ErrorCode::NoAuth);
+                }
                 let mut w = reply::header(xid, zxid, ErrorCode::Ok);
                 let children: Vec<&String> = n.children.iter().collect();
                 w.strings(&children);
@@ -442,14 +483,23 @@ impl Session {
             }
             Request::GetAcl { path: p } => {
                 let Some(n) = inner.tree.node(&p) else { return reply::error(xid, zxid, ErrorCode::NoNode) };
+                if !self.may(&n.acl, perms::READ | perms::ADMIN) {
+                    return reply::error(xid, zxid, ErrorCode::NoAuth);
+                }
                 let mut w = reply::header(xid, zxid, ErrorCode::Ok);
-                Acl::write_all(&n.acl, &mut w);
+                // Without ADMIN the digests' hashes are not shown (ZooKeeper 3.6 and later).
+                if self.may(&n.acl, perms::ADMIN) {
+                    Acl::write_all(&n.acl, &mut w);
+                } else {
+                    Acl::write_all(&acl::redacted(&n.acl), &mut w);
+                }
                 n.stat().write(&mut w);
                 w.finish()
             }
             Request::GetAllChildrenNumber { path: p } => {
-                if inner.tree.node(&p).is_none() {
-                    return reply::error(xid, zxid, ErrorCode::NoNode);
+                let Some(n) = inner.tree.node(&p) else { return reply::error(xid, zxid, ErrorCode::NoNode) };
+                if !self.may(&n.acl, perms::READ) {
+                    return reply::error(xid, zxid, ErrorCode::NoAuth);
                 }
                 let below =
                     inner.tree.dump().iter().filter(|(q, _)| q.as_str() != p && path::is_at_or_below(q, &p)).count();
@@ -568,7 +618,7 @@ impl Session {
             ),
             _ => return None,
         };
-        Some(Command::Ops { session_id: self.id, time_ms, multi, ops })
+        Some(Command::OpsAs { session_id: self.id, time_ms, multi, ops, auth: self.auth().clone() })
     }
 
     /// Commits a run of writes in order and answers each once this node applied it. Returns

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::AuthId;
 use crate::proto::codes::ErrorCode;
 use crate::proto::records::{Acl, Stat};
 
@@ -40,6 +41,16 @@ pub enum Command {
     /// The commands of many requests, from any sessions, committed as one log entry: one
     /// append and one fsync carry them all. Applied in order, command `i` at zxid `base + i`.
     Batch(Vec<Command>),
+    /// [`Command::Ops`] with the identities of the connection that sent it: each operation is
+    /// checked against the ACLs as it is applied (`Ops`, from logs written before ACLs were
+    /// enforced, is applied unchecked). Last, so that older entries decode as they were.
+    OpsAs {
+        session_id: i64,
+        time_ms: i64,
+        multi: bool,
+        ops: Vec<TreeOp>,
+        auth: Vec<AuthId>,
+    },
 }
 
 /// Zxids number every applied command: a log entry at Raft index `i` owns the zxids
@@ -108,7 +119,7 @@ impl Command {
 mod wire {
     use serde::Deserialize;
 
-    use super::{ErrorCode, OpResult, TreeOp};
+    use super::{AuthId, ErrorCode, OpResult, TreeOp};
 
     #[derive(Deserialize)]
     pub enum Command {
@@ -116,14 +127,21 @@ mod wire {
         CloseSession { session_id: i64 },
         Ops { session_id: i64, time_ms: i64, multi: bool, ops: Vec<TreeOp> },
         Batch(Vec<Single>),
+        OpsAs { session_id: i64, time_ms: i64, multi: bool, ops: Vec<TreeOp>, auth: Vec<AuthId> },
     }
 
-    /// A command that is not a batch.
+    /// No value has this type: a batch inside a batch fails to decode.
+    #[derive(Deserialize)]
+    pub enum Never {}
+
+    /// A command that is not a batch; its variants keep [`Command`]'s positions.
     #[derive(Deserialize)]
     pub enum Single {
         CreateSession { session_id: i64, timeout_ms: i32, password: Vec<u8> },
         CloseSession { session_id: i64 },
         Ops { session_id: i64, time_ms: i64, multi: bool, ops: Vec<TreeOp> },
+        Batch(Never),
+        OpsAs { session_id: i64, time_ms: i64, multi: bool, ops: Vec<TreeOp>, auth: Vec<AuthId> },
     }
 
     impl From<Single> for super::Command {
@@ -135,6 +153,10 @@ mod wire {
                 Single::CloseSession { session_id } => super::Command::CloseSession { session_id },
                 Single::Ops { session_id, time_ms, multi, ops } => {
                     super::Command::Ops { session_id, time_ms, multi, ops }
+                }
+                Single::Batch(never) => match never {},
+                Single::OpsAs { session_id, time_ms, multi, ops, auth } => {
+                    super::Command::OpsAs { session_id, time_ms, multi, ops, auth }
                 }
             }
         }
@@ -151,6 +173,9 @@ mod wire {
                     Single::Ops { session_id, time_ms, multi, ops }.into()
                 }
                 Command::Batch(items) => super::Command::Batch(items.into_iter().map(Into::into).collect()),
+                Command::OpsAs { session_id, time_ms, multi, ops, auth } => {
+                    Single::OpsAs { session_id, time_ms, multi, ops, auth }.into()
+                }
             }
         }
     }
@@ -215,8 +240,20 @@ mod tests {
 
     #[test]
     fn batches_round_trip_in_the_derived_encoding() {
-        let batch = Command::Batch(vec![ops(1), Command::CloseSession { session_id: 2 }]);
+        let with_auth = Command::OpsAs {
+            session_id: 3,
+            time_ms: 7,
+            multi: true,
+            ops: vec![TreeOp::Check { path: "/a".into(), version: 1 }],
+            auth: vec![AuthId { scheme: "ip".into(), id: "127.0.0.1".into() }],
+        };
+        let batch = Command::Batch(vec![ops(1), Command::CloseSession { session_id: 2 }, with_auth.clone()]);
         let bytes = bincode::serialize(&batch).expect("encode");
+        let alone = bincode::serialize(&with_auth).expect("encode");
+        assert_eq!(
+            bincode::serialize(&bincode::deserialize::<Command>(&alone).expect("decode")).expect("encode"),
+            alone
+        );
         let back: Command = bincode::deserialize(&bytes).expect("decode");
         assert_eq!(bincode::serialize(&back).expect("encode"), bytes);
         let result = CommandResult::Batch(vec![CommandResult::SessionClosed, CommandResult::Failed(ErrorCode::NoNode)]);

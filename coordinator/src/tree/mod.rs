@@ -8,9 +8,19 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::{self, perms, AuthId};
 use crate::proto::codes::{CreateMode, ErrorCode};
 use crate::proto::records::{Acl, Stat};
 use command::{Change, Command, CommandResult, OpResult, TreeOp};
+
+/// NoAuth unless `acl` grants `perm` to `auth`; a command without identities (written before
+/// ACLs were enforced) passes.
+fn allowed(acl: &[Acl], auth: Option<&[AuthId]>, perm: i32) -> Result<(), ErrorCode> {
+    match auth {
+        Some(auth) if !acl::permits(acl, auth, perm) => Err(ErrorCode::NoAuth),
+        _ => Ok(()),
+    }
+}
 
 /// `ZooDefs.Perms.ALL` for `world:anyone`, the ACL of the system nodes.
 fn open_acl() -> Vec<Acl> {
@@ -177,23 +187,40 @@ impl DataTree {
                 CommandResult::SessionClosed
             }
             Command::Ops { session_id, time_ms, multi, ops } => {
-                if *session_id != 0 && !self.sessions.contains_key(session_id) {
-                    return if *multi {
-                        CommandResult::MultiFailed(vec![ErrorCode::SessionExpired; ops.len()])
-                    } else {
-                        CommandResult::Failed(ErrorCode::SessionExpired)
-                    };
-                }
-                if *multi {
-                    self.apply_multi(zxid, *session_id, *time_ms, ops, changes)
-                } else {
-                    match ops.first().map(|op| self.apply_op(zxid, *session_id, *time_ms, op, changes, None)) {
-                        Some(Ok(result)) => CommandResult::Applied(vec![result]),
-                        Some(Err(code)) => CommandResult::Failed(code),
-                        None => CommandResult::Applied(Vec::new()),
-                    }
-                }
+                self.apply_ops(zxid, *session_id, *time_ms, *multi, ops, None, changes)
             }
+            Command::OpsAs { session_id, time_ms, multi, ops, auth } => {
+                self.apply_ops(zxid, *session_id, *time_ms, *multi, ops, Some(auth), changes)
+            }
+        }
+    }
+
+    /// One request's operations, checked against the ACLs for `auth` when it is given.
+    #[allow(clippy::too_many_arguments)]
+    fn apply_ops(
+        &mut self,
+        zxid: i64,
+        session_id: i64,
+        time_ms: i64,
+        multi: bool,
+        ops: &[TreeOp],
+        auth: Option<&[AuthId]>,
+        changes: &mut Vec<Change>,
+    ) -> CommandResult {
+        if session_id != 0 && !self.sessions.contains_key(&session_id) {
+            return if multi {
+                CommandResult::MultiFailed(vec![ErrorCode::SessionExpired; ops.len()])
+            } else {
+                CommandResult::Failed(ErrorCode::SessionExpired)
+            };
+        }
+        if multi {
+            return self.apply_multi(zxid, session_id, time_ms, ops, auth, changes);
+        }
+        match ops.first().map(|op| self.apply_op(zxid, session_id, time_ms, op, auth, changes, None)) {
+            Some(Ok(result)) => CommandResult::Applied(vec![result]),
+            Some(Err(code)) => CommandResult::Failed(code),
+            None => CommandResult::Applied(Vec::new()),
         }
     }
 
@@ -215,13 +242,14 @@ impl DataTree {
         session_id: i64,
         time_ms: i64,
         ops: &[TreeOp],
+        auth: Option<&[AuthId]>,
         changes: &mut Vec<Change>,
     ) -> CommandResult {
         let mut undo = Vec::new();
         let mut local_changes = Vec::new();
         let mut results = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            match self.apply_op(zxid, session_id, time_ms, op, &mut local_changes, Some(&mut undo)) {
+            match self.apply_op(zxid, session_id, time_ms, op, auth, &mut local_changes, Some(&mut undo)) {
                 Ok(r) => results.push(r),
                 Err(code) => {
                     self.roll_back(undo);
@@ -281,12 +309,14 @@ impl DataTree {
     }
 
     /// One operation, checked in the order ZooKeeper's PrepRequestProcessor checks it.
+    #[allow(clippy::too_many_arguments)]
     fn apply_op(
         &mut self,
         zxid: i64,
         session_id: i64,
         time_ms: i64,
         op: &TreeOp,
+        auth: Option<&[AuthId]>,
         changes: &mut Vec<Change>,
         mut undo: Option<&mut Vec<Undo>>,
     ) -> Result<OpResult, ErrorCode> {
@@ -297,8 +327,13 @@ impl DataTree {
                 if requested == "/" {
                     return Err(ErrorCode::NodeExists);
                 }
+                let acl = match auth {
+                    Some(auth) => std::borrow::Cow::Owned(acl::fixup(acl, auth)?),
+                    None => std::borrow::Cow::Borrowed(acl),
+                };
                 let parent_path = path::parent(requested);
                 let parent = self.nodes.get(parent_path).ok_or(ErrorCode::NoNode)?;
+                allowed(&parent.acl, auth, perms::CREATE)?;
                 let created = if mode.is_sequential() {
                     format!("{requested}{:010}", parent.child_creates)
                 } else {
@@ -328,7 +363,7 @@ impl DataTree {
                 parent.children.insert(child);
                 parent.child_creates = parent.child_creates.wrapping_add(1);
                 parent.pzxid = zxid;
-                let node = Znode::new(data.clone(), acl.clone(), zxid, time_ms, owner);
+                let node = Znode::new(data.clone(), acl.into_owned(), zxid, time_ms, owner);
                 let stat = node.stat();
                 self.nodes.insert(created.clone(), node);
                 if owner != 0 {
@@ -345,6 +380,8 @@ impl DataTree {
                 if p == "/" || SYSTEM_NODES.contains(&p.as_str()) {
                     return Err(ErrorCode::BadArguments);
                 }
+                let parent = self.nodes.get(path::parent(p)).ok_or(ErrorCode::NoNode)?;
+                allowed(&parent.acl, auth, perms::DELETE)?;
                 let node = self.nodes.get(p).ok_or(ErrorCode::NoNode)?;
                 check_version(node.version, *version)?;
                 if !node.children.is_empty() {
@@ -372,6 +409,7 @@ impl DataTree {
             TreeOp::SetData { path: p, data, version } => {
                 path::validate(p, false)?;
                 let node = self.nodes.get_mut(p).ok_or(ErrorCode::NoNode)?;
+                allowed(&node.acl, auth, perms::WRITE)?;
                 check_version(node.version, *version)?;
                 let previous = std::mem::replace(&mut node.data, data.clone());
                 if let Some(u) = undo {
@@ -392,12 +430,15 @@ impl DataTree {
             }
             TreeOp::SetAcl { path: p, acl, version } => {
                 path::validate(p, false)?;
+                let acl = match auth {
+                    Some(auth) => acl::fixup(acl, auth)?,
+                    None if acl.is_empty() => return Err(ErrorCode::InvalidAcl),
+                    None => acl.clone(),
+                };
                 let node = self.nodes.get_mut(p).ok_or(ErrorCode::NoNode)?;
+                allowed(&node.acl, auth, perms::ADMIN)?;
                 check_version(node.aversion, *version)?;
-                if acl.is_empty() {
-                    return Err(ErrorCode::InvalidAcl);
-                }
-                let previous = std::mem::replace(&mut node.acl, acl.clone());
+                let previous = std::mem::replace(&mut node.acl, acl);
                 if let Some(u) = undo {
                     u.push(Undo::RestoreAcl { path: p.clone(), acl: previous, aversion: node.aversion });
                 }
@@ -407,6 +448,7 @@ impl DataTree {
             TreeOp::Check { path: p, version } => {
                 path::validate(p, false)?;
                 let node = self.nodes.get(p).ok_or(ErrorCode::NoNode)?;
+                allowed(&node.acl, auth, perms::READ)?;
                 check_version(node.version, *version)?;
                 Ok(OpResult::Checked)
             }

@@ -158,3 +158,42 @@ fn a_batch_applies_its_commands_in_order_each_at_its_own_zxid() {
     assert_eq!(h.tree.last_zxid(), base + 3);
     assert_eq!(super::command::zxid::index(base + 3), 9);
 }
+
+#[test]
+fn operations_with_identities_are_checked_against_the_acls_as_they_apply() {
+    use crate::acl::{authenticate, perms, AuthId};
+    let mut h = Harness::new();
+    let ann = vec![AuthId::ip("127.0.0.1".parse().expect("ip")), authenticate("digest", b"ann:pw").expect("digest")];
+    let other = vec![AuthId::ip("127.0.0.1".parse().expect("ip"))];
+    let as_ = |auth: &Vec<AuthId>, multi: bool, ops: Vec<TreeOp>| Command::OpsAs {
+        session_id: 7,
+        time_ms: 1000,
+        multi,
+        ops,
+        auth: auth.clone(),
+    };
+    let only_ann = vec![Acl { perms: perms::ALL, scheme: "auth".into(), id: String::new() }];
+    let created =
+        h.run(as_(&ann, false, vec![TreeOp::Create { path: "/p".into(), data: vec![], acl: only_ann, flags: 0 }]));
+    assert!(matches!(created, CommandResult::Applied(_)), "{created:?}");
+    assert_eq!(h.tree.node("/p").expect("created").acl[0].id, ann[1].id, "auth became ann's digest");
+
+    let set = |data: &[u8]| TreeOp::SetData { path: "/p".into(), data: data.to_vec(), version: -1 };
+    assert_eq!(h.run(as_(&other, false, vec![set(b"x")])), CommandResult::Failed(ErrorCode::NoAuth));
+    assert!(matches!(h.run(as_(&ann, false, vec![set(b"x")])), CommandResult::Applied(_)));
+    let child = TreeOp::Create { path: "/p/c".into(), data: vec![], acl: open_acl(), flags: 0 };
+    assert_eq!(h.run(as_(&other, false, vec![child.clone()])), CommandResult::Failed(ErrorCode::NoAuth));
+    // In a multi the refused operation fails it all.
+    let multi = h.run(as_(&other, true, vec![create("/free", 0), TreeOp::Check { path: "/p".into(), version: -1 }]));
+    assert_eq!(multi, CommandResult::MultiFailed(vec![ErrorCode::Ok, ErrorCode::NoAuth]));
+    assert!(h.tree.node("/free").is_none());
+    // An ACL naming nobody the connection is cannot be given by `auth`.
+    let unauthenticated = TreeOp::SetAcl {
+        path: "/p".into(),
+        acl: vec![Acl { perms: perms::ALL, scheme: "auth".into(), id: String::new() }],
+        version: -1,
+    };
+    assert_eq!(h.run(as_(&other, false, vec![unauthenticated])), CommandResult::Failed(ErrorCode::InvalidAcl));
+    // Commands from before ACLs were enforced apply unchecked, as they did.
+    assert!(matches!(h.op(set(b"old")), CommandResult::Applied(_)));
+}
