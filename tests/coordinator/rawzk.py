@@ -12,13 +12,16 @@ def jstring(s: str) -> bytes:
 
 
 class RawClient:
-    def __init__(self, port, timeout_ms=10000, session=None):
-        """`session` is (id, password) to resume; a new session otherwise."""
+    def __init__(self, port, timeout_ms=10000, session=None, last_zxid=0):
+        """`session` is (id, password) to resume; a new session otherwise. `last_zxid` is the
+        newest zxid the client saw, as the Java client sends it: a server behind it catches up
+        before it answers (so a resumed session is known there)."""
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.xid = 0
         self.events = []
+        self.last_zxid = last_zxid
         session_id, password = session or (0, b"\0" * 16)
-        connect = (struct.pack(">iqiq", 0, 0, timeout_ms, session_id) + struct.pack(">i", len(password))
+        connect = (struct.pack(">iqiq", 0, last_zxid, timeout_ms, session_id) + struct.pack(">i", len(password))
                    + password + b"\0")
         self.send_frame(connect)
         body = self.read_frame()
@@ -44,7 +47,8 @@ class RawClient:
         return out
 
     def _take(self, frame):
-        xid, _zxid, err = struct.unpack_from(">iqi", frame)
+        xid, zxid, err = struct.unpack_from(">iqi", frame)
+        self.last_zxid = max(self.last_zxid, zxid)
         if xid == -1:
             etype, state = struct.unpack_from(">ii", frame, 16)
             (plen,) = struct.unpack_from(">i", frame, 24)

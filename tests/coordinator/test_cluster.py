@@ -302,7 +302,8 @@ def test_watches_follow_their_session_to_another_node(cluster):
     assert err == 0
     follower.kill()
 
-    moved = RawClient(other.client_port, timeout_ms=6000, session=(raw.session_id, raw.password))
+    moved = RawClient(other.client_port, timeout_ms=6000, session=(raw.session_id, raw.password),
+                      last_zxid=raw.last_zxid)
     assert moved.session_id == raw.session_id
     strings = lambda *paths: struct.pack(">i", len(paths)) + b"".join(jstring(p) for p in paths)
     err, _ = moved.request(101, struct.pack(">q", 0) + strings("/watched") + strings() + strings("/"))
