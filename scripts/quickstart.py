@@ -31,10 +31,11 @@ STATE = "processes.json"
 # The shutdown order: the ingestor flushes and commits first, the broker goes last.
 ORDER = ["ingestor", "storage-node", "coordinator", "kafka"]
 DEFAULT_PORTS = {"kafka": 9092, "coordinator": 2181, "raft": 9234, "storage": 9100, "storage_metrics": 9363,
-                 "ingestor_metrics": 9300}
+                 "ingestor_metrics": 9300, "coordinator_metrics": 9302}
 PORT_ROLES = {"kafka": "the Kafka broker", "coordinator": "the coordinator's client port",
               "raft": "the coordinator's raft port", "storage": "the storage node's gRPC port",
-              "storage_metrics": "the storage node's metrics", "ingestor_metrics": "the ingestor's metrics"}
+              "storage_metrics": "the storage node's metrics", "ingestor_metrics": "the ingestor's metrics",
+              "coordinator_metrics": "the coordinator's metrics"}
 
 
 class QuickstartError(Exception):
@@ -303,7 +304,8 @@ def run(args):
                               f"tcp://{kafka}", "--storage-engine", "memory://tansu/"])
         stack.start("coordinator", [bins / "coordinator", "serve", "--node-id", "1", "--client-addr",
                                     f"127.0.0.1:{ports['coordinator']}", "--raft-addr", f"127.0.0.1:{ports['raft']}",
-                                    "--data-dir", workdir / "coordinator"])
+                                    "--data-dir", workdir / "coordinator", "--metrics-addr",
+                                    f"127.0.0.1:{ports['coordinator_metrics']}"])
         stack.wait_ready("kafka", lambda: port_open(ports["kafka"]), "listening")
         stack.wait_ready("coordinator", lambda: four_letter(ports["coordinator"], "ruok") == "imok", "serving")
         coordinator = f"127.0.0.1:{ports['coordinator']}"
@@ -390,7 +392,8 @@ how to reach each service:
   Kafka broker      {kafka}   (topic orders, 4 partitions)
   coordinator       {coordinator}   (ZooKeeper protocol: echo mntr | nc 127.0.0.1 {ports['coordinator']})
   storage node      127.0.0.1:{storage}   ({bins / 'storage-node'} client --addr 127.0.0.1:{storage} --query "SELECT count() FROM orders FINAL")
-  metrics           http://127.0.0.1:{ports['storage_metrics']}/metrics (storage node), http://127.0.0.1:{ports['ingestor_metrics']}/metrics (ingestor)
+  metrics           http://127.0.0.1:{ports['storage_metrics']}/metrics (storage node), http://127.0.0.1:{ports['ingestor_metrics']}/metrics (ingestor),
+                    http://127.0.0.1:{ports['coordinator_metrics']}/metrics (coordinator); every metric: docs/metrics.md
   logs              {workdir / 'logs'}""")
         if args.keep:
             del stack.procs["producer"]
