@@ -11,10 +11,7 @@ from rawzk import RawClient, jstring
 from services import four_letter
 
 
-def both(zookeeper, coordinator, script, clients=1, auth=None, events_in_any_order=False):
-    """`events_in_any_order`: ZooKeeper fires some events in the order of a Java HashSet of
-    paths (a closed session's ephemerals are deleted in that order); there only the events
-    themselves are compared."""
+def both(zookeeper, coordinator, script, clients=1, auth=None):
     outcomes = []
     for server in (zookeeper, coordinator):
         rec = Recorder(server.hosts, clients, auth)
@@ -24,8 +21,6 @@ def both(zookeeper, coordinator, script, clients=1, auth=None, events_in_any_ord
         finally:
             rec.close()
     (zk_log, zk_events), (ours_log, our_events) = outcomes
-    if events_in_any_order:
-        zk_events, our_events = sorted(zk_events), sorted(our_events)
     assert ours_log == zk_log
     assert our_events == zk_events
     return zk_log, zk_events
@@ -184,7 +179,7 @@ def test_ephemerals_go_when_their_session_closes(zookeeper, coordinator, prefix)
         r.call("gone", observer.exists, f"{prefix}/lock")
         r.call("children", observer.get_children, prefix)
 
-    both(zookeeper, coordinator, script, clients=2, events_in_any_order=True)
+    both(zookeeper, coordinator, script, clients=2)
 
 
 def _persistent_watch_events(server, prefix):

@@ -482,21 +482,27 @@ impl DataTree {
     }
 }
 
-/// The order in which Java's `HashSet<String>` iterates these paths: ZooKeeper deletes a closed
-/// session's ephemerals in that order, and watchers see the events in it. Buckets come from
-/// `String.hashCode` spread as `HashMap.hash` does, in a table of the capacity the set grew to;
-/// entries of one bucket stay in insertion (creation) order.
+/// The order in which ZooKeeper deletes a closed session's ephemerals, which watchers see the
+/// events in: the iteration order of a *clone* of the session's Java `HashSet<String>`
+/// (`DataTree.getEphemerals` clones it). Buckets come from `String.hashCode` spread as
+/// `HashMap.hash` does. The set's table has the capacity it grew to, entries of one bucket in
+/// insertion (creation) order; the clone re-inserts them in that order into a table sized for
+/// their count (JDK 17's `HashMap.putMapEntries`), which can bucket them anew.
 fn java_hash_set_order(paths: Vec<String>, created_at: impl Fn(&String) -> i64) -> Vec<String> {
     let mut capacity = 16usize;
     while paths.len() * 4 > capacity * 3 {
         capacity *= 2;
     }
-    let bucket = |p: &String| {
+    // `tableSizeFor((int) (size / 0.75f + 1))`.
+    let clone_capacity = ((paths.len() as f32 / 0.75 + 1.0) as usize).next_power_of_two();
+    let hash = |p: &String| {
         let h = p.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32)) as u32;
-        ((h ^ (h >> 16)) as usize) & (capacity - 1)
+        (h ^ (h >> 16)) as usize
     };
-    let mut keyed: Vec<(usize, i64, String)> = paths.into_iter().map(|p| (bucket(&p), created_at(&p), p)).collect();
-    keyed.sort();
+    let mut keyed: Vec<(usize, i64, String)> = paths.into_iter().map(|p| (hash(&p), created_at(&p), p)).collect();
+    keyed.sort_by_key(|(h, created, _)| (h & (capacity - 1), *created));
+    // Stable: one bucket of the clone keeps the original set's order.
+    keyed.sort_by_key(|(h, _, _)| h & (clone_capacity - 1));
     keyed.into_iter().map(|(_, _, p)| p).collect()
 }
 

@@ -123,16 +123,35 @@ fn errors_in_zookeeper_order() {
 
 #[test]
 fn java_hash_set_order_matches_java() {
-    // Java: new HashSet<>(List.of("/t/lock", "/t/q-0000000001")) iterates q- first (bucket 1
-    // before bucket 13), which is the order ZooKeeper 3.8 deleted them in.
-    let paths = vec!["/t/lock".to_string(), "/t/q-0000000001".to_string()];
-    let h = |s: &str| s.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32)) as u32;
-    let b = |s: &str| ((h(s) ^ (h(s) >> 16)) & 15) as usize;
-    let order = java_hash_set_order(paths.clone(), |_| 0);
-    let mut by_bucket = paths;
-    by_bucket.sort_by_key(|p| b(p));
-    assert_eq!(order, by_bucket);
-    assert_eq!(h("abc"), 96354);
+    // What Java 17 prints for `((HashSet<String>) set.clone())` iterated, the set built by
+    // adding the paths in this order (ZooKeeper 3.8 deletes a closed session's ephemerals so).
+    let order = |paths: &[&str]| {
+        let created: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+        let at = |p: &String| created.iter().position(|c| c == p).unwrap_or_default() as i64;
+        java_hash_set_order(created.clone(), at)
+    };
+    let p = "/test_ephemerals_go_when_their_session_closes_9";
+    // The set itself iterates lock first; its 4-bucket clone, q- first.
+    assert_eq!(
+        order(&[&format!("{p}/lock"), &format!("{p}/q-0000000001")]),
+        [format!("{p}/q-0000000001"), format!("{p}/lock")]
+    );
+    let p = "/test_ephemerals_go_when_their_session_closes_2";
+    assert_eq!(
+        order(&[&format!("{p}/lock"), &format!("{p}/q-0000000001")]),
+        [format!("{p}/lock"), format!("{p}/q-0000000001")]
+    );
+    let five = ["/e/n0", "/e/n919", "/e/n838", "/e/n757", "/e/n676"];
+    assert_eq!(order(&five), ["/e/n757", "/e/n919", "/e/n676", "/e/n0", "/e/n838"]);
+    let thirteen: Vec<String> = (0..13).map(|i| format!("/e/n{}", i * 7919 % 1000)).collect();
+    let thirteen: Vec<&str> = thirteen.iter().map(String::as_str).collect();
+    assert_eq!(
+        order(&thirteen),
+        [
+            "/e/n28", "/e/n109", "/e/n757", "/e/n514", "/e/n676", "/e/n919", "/e/n838", "/e/n271", "/e/n190",
+            "/e/n433", "/e/n595", "/e/n352", "/e/n0"
+        ]
+    );
 }
 
 #[test]
