@@ -536,7 +536,7 @@ impl IngestService {
 
     async fn handle_query(&self, request: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
         let running = self.start_query(request.into_inner())?;
-        let output = running.task.await.unwrap_or_else(|e| Err(Status::internal(format!("query task failed: {e}"))));
+        let output = joined(running.task.await);
         record_query(running.began, &output);
         Ok(Response::new(QueryReply { output: output? }))
     }
@@ -552,9 +552,7 @@ impl IngestService {
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let output = loop {
                 tokio::select! {
-                    done = &mut task => {
-                        break done.unwrap_or_else(|e| Err(Status::internal(format!("query task failed: {e}"))));
-                    }
+                    done = &mut task => break joined(done),
                     _ = every.tick() => {
                         let counts = progress.counts();
                         let event = QueryProgress {
@@ -576,10 +574,7 @@ impl IngestService {
             let last = output.map(|output| QueryEvent { event: Some(query_event::Event::Output(output)) });
             let _ = sender.send(last).await;
         });
-        let stream = futures::stream::unfold(receiver, |mut receiver| async move {
-            receiver.recv().await.map(|item| (item, receiver))
-        });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
     }
 
     /// Starts a script on the query runtime, every statement's output collected in order (as
@@ -617,6 +612,11 @@ struct RunningQuery {
     /// The 1-based statement running now.
     statement: Arc<AtomicU32>,
     task: tokio::task::JoinHandle<Result<String, Status>>,
+}
+
+/// A query task's output, or why the task itself failed.
+fn joined(done: Result<Result<String, Status>, tokio::task::JoinError>) -> Result<String, Status> {
+    done.unwrap_or_else(|e| Err(Status::internal(format!("query task failed: {e}"))))
 }
 
 fn record_query(began: Instant, output: &Result<String, Status>) {

@@ -69,9 +69,6 @@ impl Interserver for InterserverService {
             }
             metrics::counter!(crate::metrics::PARTS_SENT).increment(1);
         });
-        let stream = futures::stream::unfold(receiver, |mut receiver| async move {
-            receiver.recv().await.map(|item| (item, receiver))
-        });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
     }
 }
