@@ -38,17 +38,46 @@ impl AuthId {
     }
 }
 
-/// The identity `addauth scheme credentials` gives, or `None` when the scheme is unknown or
-/// the credentials malformed (ZooKeeper answers AUTHFAILED and closes the connection).
-pub fn authenticate(scheme: &str, credentials: &[u8]) -> Option<AuthId> {
+/// The identities `addauth scheme credentials` gives, or `None` when the scheme is unknown or
+/// the credentials malformed (ZooKeeper answers AUTHFAILED and closes the connection). A digest
+/// equal to the configured super digest (ZooKeeper's
+/// `zookeeper.DigestAuthenticationProvider.superDigest`) also gives `super:`, which every ACL
+/// admits.
+pub fn authenticate(scheme: &str, credentials: &[u8], super_digest: Option<&str>) -> Option<Vec<AuthId>> {
     match scheme {
         "digest" => {
             let text = std::str::from_utf8(credentials).ok()?;
             let (user, _) = text.split_once(':')?;
-            Some(AuthId { scheme: "digest".into(), id: format!("{user}:{}", digest_hash(text)) })
+            let digest = AuthId { scheme: "digest".into(), id: format!("{user}:{}", digest_hash(text)) };
+            let mut ids = Vec::with_capacity(2);
+            if super_digest == Some(digest.id.as_str()) {
+                ids.push(AuthId { scheme: SUPER.into(), id: String::new() });
+            }
+            ids.push(digest);
+            Some(ids)
         }
         _ => None,
     }
+}
+
+/// The scheme of the superuser's identity: no ACL entry names it, every check admits it.
+const SUPER: &str = "super";
+
+/// Checks a super digest as a configuration gives it: `user:hash`, the hash the base64 of a
+/// SHA-1 (what `DigestAuthenticationProvider.generateDigest` prints).
+pub fn validate_super_digest(digest: &str) -> Result<(), String> {
+    use base64::Engine;
+    let Some((user, hash)) = digest.split_once(':') else {
+        return Err(format!("the super digest {digest:?} is not USER:HASH"));
+    };
+    let decoded = base64::engine::general_purpose::STANDARD.decode(hash).ok();
+    if user.is_empty() || decoded.is_none_or(|sha| sha.len() != 20) {
+        return Err(format!(
+            "the super digest {digest:?} is not USER:HASH with the base64 of a SHA-1 as the hash \
+             (`echo -n user:password | openssl sha1 -binary | base64` makes one)"
+        ));
+    }
+    Ok(())
 }
 
 /// `DigestAuthenticationProvider.generateDigest`: base64 of the SHA-1 of `user:password`.
@@ -95,9 +124,9 @@ pub fn fixup(acl: &[Acl], auth: &[AuthId]) -> Result<Vec<Acl>, ErrorCode> {
 }
 
 /// Whether `acl` grants `perm` (any of its bits) to one of `auth`. An empty ACL grants all,
-/// as in ZooKeeper (nodes restored from old snapshots may have one).
+/// as in ZooKeeper (nodes restored from old snapshots may have one), and so does `super`.
 pub fn permits(acl: &[Acl], auth: &[AuthId], perm: i32) -> bool {
-    if acl.is_empty() {
+    if acl.is_empty() || auth.iter().any(|id| id.scheme == SUPER) {
         return true;
     }
     acl.iter().filter(|entry| entry.perms & perm != 0).any(|entry| match entry.scheme.as_str() {
@@ -160,15 +189,38 @@ mod tests {
     #[test]
     fn digests_are_zookeepers() {
         // The id kazoo's make_digest_acl("ann", "pw") computes, and ZooKeeper checks against.
-        let ann = authenticate("digest", b"ann:pw").expect("digest");
+        let ann = digest("ann:pw");
         assert_eq!(ann.id, "ann:RYbu6l5aZwqon8VWmkcGvezdzfc=");
-        assert!(authenticate("digest", b"no colon").is_none());
-        assert!(authenticate("kerberos", b"x").is_none());
+        assert!(authenticate("digest", b"no colon", None).is_none());
+        assert!(authenticate("kerberos", b"x", None).is_none());
+    }
+
+    fn digest(credentials: &str) -> AuthId {
+        let mut ids = authenticate("digest", credentials.as_bytes(), None).expect("digest");
+        assert_eq!(ids.len(), 1);
+        ids.remove(0)
+    }
+
+    #[test]
+    fn the_super_digest_admits_everything() {
+        // kazoo's test harness configures ZooKeeper with this digest of super:test.
+        let configured = "super:D/InIHSb7yEEbrWz8b9l71RjZJU=";
+        validate_super_digest(configured).expect("valid");
+        let ids = authenticate("digest", b"super:test", Some(configured)).expect("digest");
+        assert_eq!(ids[0].scheme, "super");
+        assert_eq!(ids[1], AuthId { scheme: "digest".into(), id: configured.into() });
+        let locked = [acl(perms::READ, "digest", "ann:RYbu6l5aZwqon8VWmkcGvezdzfc=")];
+        assert!(permits(&locked, &ids, perms::ADMIN));
+        let wrong = authenticate("digest", b"super:guess", Some(configured)).expect("digest");
+        assert!(!permits(&locked, &wrong, perms::READ));
+        for bad in ["nohash", ":D/InIHSb7yEEbrWz8b9l71RjZJU=", "super:c2hvcnQ=", "super:not base64!"] {
+            assert!(validate_super_digest(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
     fn fixup_expands_auth_and_refuses_what_zookeeper_refuses() {
-        let ann = authenticate("digest", b"ann:pw").expect("digest");
+        let ann = digest("ann:pw");
         let ip = AuthId::ip("127.0.0.1".parse().expect("ip"));
         let fixed = fixup(&[acl(perms::ALL, "auth", "")], &[ip.clone(), ann.clone()]).expect("valid");
         assert_eq!(fixed, vec![acl(perms::ALL, "digest", &ann.id)]);
@@ -183,7 +235,7 @@ mod tests {
 
     #[test]
     fn permissions_follow_the_entries() {
-        let ann = authenticate("digest", b"ann:pw").expect("digest");
+        let ann = digest("ann:pw");
         let local = AuthId::ip("127.0.0.1".parse().expect("ip"));
         let me = std::slice::from_ref(&local);
         let node = [acl(perms::READ, "world", "anyone"), acl(perms::ALL, "digest", &ann.id)];

@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod node;
 pub mod proto;
 pub mod raft;
+pub mod reconfig;
 pub mod server;
 pub mod state;
 pub mod tree;

@@ -66,6 +66,25 @@ struct ServeArgs {
     /// (ZooKeeper's zookeeper.nio.sessionlessCnxnTimeout) [default: 10000].
     #[arg(long)]
     handshake_timeout_ms: Option<u64>,
+    /// Also serve clients over TLS here (ZooKeeper's secureClientPort); needs --tls-cert and
+    /// --tls-key.
+    #[arg(long)]
+    secure_client_addr: Option<SocketAddr>,
+    /// The secure port's certificate chain, PEM.
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// The secure port's private key, PEM.
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// A CA certificate (PEM): clients of the secure port must then present a certificate it
+    /// signed.
+    #[arg(long)]
+    tls_client_ca: Option<PathBuf>,
+    /// The superuser as USER:HASH, the hash the base64 of the SHA-1 of `user:password`
+    /// (ZooKeeper's zookeeper.DigestAuthenticationProvider.superDigest): a client that adds
+    /// that digest passes every ACL.
+    #[arg(long, env = "MERGESTREAM_SUPER_DIGEST")]
+    super_digest: Option<String>,
 }
 
 impl ServeArgs {
@@ -85,6 +104,11 @@ impl ServeArgs {
             metrics_addr: self.metrics_addr,
             cluster_secret_file: self.cluster_secret_file,
             handshake_timeout_ms: self.handshake_timeout_ms,
+            secure_client_addr: self.secure_client_addr,
+            tls_cert: self.tls_cert,
+            tls_key: self.tls_key,
+            tls_client_ca: self.tls_client_ca,
+            super_digest: self.super_digest,
             peers: self.peers,
         };
         serve_config::ServeConfig::resolve(flags, file)
@@ -159,14 +183,38 @@ async fn serve(args: serve_config::ServeConfig) -> anyhow::Result<()> {
         snapshot_every: args.snapshot_every,
         cluster_key,
         handshake_timeout: std::time::Duration::from_millis(args.handshake_timeout_ms),
+        super_digest: args.super_digest,
     };
     let listener = tokio::net::TcpListener::bind(config.client_addr)
         .await
         .with_context(|| format!("listening for clients on {}", config.client_addr))?;
+    let secure = match &args.secure {
+        Some((addr, files)) => {
+            let acceptor = server::tls::acceptor(files).context("setting up TLS on the secure client port")?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening for TLS clients on {addr}"))?;
+            Some((listener, acceptor))
+        }
+        None => None,
+    };
     let node = Coordinator::start(config).await?;
-    tracing::info!(node = node.config.node_id, client = %node.config.client_addr, raft = %node.config.raft_addr, "coordinator serving");
+    tracing::info!(
+        node = node.config.node_id,
+        client = %node.config.client_addr,
+        secure_client = ?args.secure.as_ref().map(|(addr, _)| addr),
+        raft = %node.config.raft_addr,
+        "coordinator serving"
+    );
+    let serve_secure = async {
+        match secure {
+            Some((listener, acceptor)) => server::serve_clients(node.clone(), listener, Some(acceptor)).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
-        _ = server::serve_clients(node.clone(), listener) => {}
+        _ = server::serve_clients(node.clone(), listener, None) => {}
+        _ = serve_secure => {}
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
         _ = terminate() => tracing::info!("terminated"),
     }

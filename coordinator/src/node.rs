@@ -15,6 +15,7 @@ use openraft::{Snapshot, SnapshotPolicy};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::proto::codes::ErrorCode;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{ForwardError, NetworkFactory, PeerPool, PeerRequest, PeerResponse};
 use crate::raft::state_machine::StateMachine;
@@ -39,6 +40,8 @@ pub struct NodeConfig {
     /// How long a client connection may take to send its handshake (ZooKeeper's
     /// `zookeeper.nio.sessionlessCnxnTimeout`, 10 s by default).
     pub handshake_timeout: Duration,
+    /// `user:hash` of the superuser, whom every ACL admits (ZooKeeper's superDigest).
+    pub super_digest: Option<String>,
 }
 
 impl NodeConfig {
@@ -92,7 +95,9 @@ pub struct Coordinator {
     pub raft: Raft,
     pub state: Arc<NodeState>,
     pub stats: ServerStats,
-    pool: PeerPool,
+    pub(crate) pool: PeerPool,
+    /// One reconfig at a time (a second one meanwhile is RECONFIGINPROGRESS, as in ZooKeeper).
+    pub(crate) reconfiguring: tokio::sync::Mutex<()>,
     /// Leader only: when each session expires unless it is heard from.
     deadlines: Mutex<HashMap<i64, Instant>>,
     /// Sessions heard from on this node since the last report to the leader.
@@ -105,6 +110,23 @@ pub struct Coordinator {
 /// How long a write or a read barrier keeps looking for a leader before it gives up.
 const LEADER_WAIT: Duration = Duration::from_secs(10);
 const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+const ELECTION_TIMEOUT_MAX_MS: u64 = 800;
+/// How long a leader may go without a quorum acknowledging it before it counts as cut off
+/// (ZooKeeper's leader gives up after syncLimit ticks; openraft's leader stays leader).
+const QUORUM_LOST_AFTER_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
+
+/// Whether the node these metrics describe can commit: it follows a leader (a follower cut off
+/// from its leader stops following it within an election timeout), or it leads and a quorum
+/// acknowledged it lately.
+fn reaches_quorum(metrics: &openraft::RaftMetrics<NodeId, Node>, alone: bool) -> bool {
+    match metrics.current_leader {
+        None => false,
+        Some(leader) if leader == metrics.id => {
+            alone || metrics.millis_since_quorum_ack.is_some_and(|ms| ms <= QUORUM_LOST_AFTER_MS)
+        }
+        Some(_) => true,
+    }
+}
 
 impl Coordinator {
     pub async fn start(config: NodeConfig) -> Result<Arc<Self>, NodeError> {
@@ -119,7 +141,7 @@ impl Coordinator {
             cluster_name: "mergestream-coordinator".into(),
             heartbeat_interval: 100,
             election_timeout_min: 400,
-            election_timeout_max: 800,
+            election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: 1000,
             ..Default::default()
@@ -152,6 +174,7 @@ impl Coordinator {
             pool,
             deadlines: Mutex::new(HashMap::new()),
             heard_from: Mutex::new(HashSet::new()),
+            reconfiguring: tokio::sync::Mutex::new(()),
             next_connection_id: AtomicU64::new(1),
             batches,
         });
@@ -185,6 +208,19 @@ impl Coordinator {
 
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().current_leader == Some(self.config.node_id)
+    }
+
+    /// Whether this node can commit (see `reaches_quorum`); cut off from a quorum, it serves
+    /// only read-only sessions.
+    pub fn reaches_quorum(&self) -> bool {
+        reaches_quorum(&self.raft.metrics().borrow(), self.config.peers.is_empty())
+    }
+
+    /// Waits until this node can commit again.
+    pub async fn wait_for_quorum(&self) {
+        let alone = self.config.peers.is_empty();
+        let mut metrics = self.raft.metrics();
+        let _ = metrics.wait_for(|m| reaches_quorum(m, alone)).await;
     }
 
     pub fn mode(&self) -> &'static str {
@@ -523,6 +559,11 @@ impl Coordinator {
                 Ok((read, _)) => Ok(read.map_or(0, |l| l.index)),
                 Err(RaftError::APIError(_)) => Err(ForwardError::NotLeader { leader: None }),
                 Err(e) => Err(ForwardError::Failed(e.to_string())),
+            }),
+            PeerRequest::Reconfig { request, auth } => PeerResponse::Reconfig(if self.is_leader() {
+                self.reconfigure_here(&request, &auth).await
+            } else {
+                Err(ErrorCode::NewConfigNoQuorum)
             }),
             PeerRequest::TouchSessions(sessions) => {
                 if self.is_leader() {

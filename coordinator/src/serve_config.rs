@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use mergestream_cli::ConfigError;
+use mergestream_coordinator::server::tls::TlsFiles;
 use serde::Deserialize;
 
 pub const DEFAULT_TICK_MS: u32 = 2000;
@@ -26,6 +27,11 @@ pub struct ServeFile {
     pub metrics_addr: Option<SocketAddr>,
     pub cluster_secret_file: Option<PathBuf>,
     pub handshake_timeout_ms: Option<u64>,
+    pub secure_client_addr: Option<SocketAddr>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
+    pub super_digest: Option<String>,
     /// The other members: node id → Raft address.
     #[serde(default)]
     pub peers: BTreeMap<String, String>,
@@ -43,6 +49,11 @@ pub struct ServeFlags {
     pub metrics_addr: Option<SocketAddr>,
     pub cluster_secret_file: Option<PathBuf>,
     pub handshake_timeout_ms: Option<u64>,
+    pub secure_client_addr: Option<SocketAddr>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
+    pub super_digest: Option<String>,
     pub peers: Vec<(u64, String)>,
 }
 
@@ -58,6 +69,9 @@ pub struct ServeConfig {
     pub metrics_addr: Option<SocketAddr>,
     pub cluster_secret_file: Option<PathBuf>,
     pub handshake_timeout_ms: u64,
+    /// The secure client port and its certificate, key and client CA.
+    pub secure: Option<(SocketAddr, TlsFiles)>,
+    pub super_digest: Option<String>,
     pub peers: BTreeMap<u64, String>,
 }
 
@@ -80,6 +94,27 @@ impl ServeConfig {
             }
             peers.insert(id, addr);
         }
+        let tls_cert = flags.tls_cert.or(file.tls_cert);
+        let tls_key = flags.tls_key.or(file.tls_key);
+        let tls_client_ca = flags.tls_client_ca.or(file.tls_client_ca);
+        let secure = match (flags.secure_client_addr.or(file.secure_client_addr), tls_cert, tls_key) {
+            (Some(addr), Some(cert), Some(key)) => Some((addr, TlsFiles { cert, key, client_ca: tls_client_ca })),
+            (Some(_), _, _) => {
+                return Err(ConfigError::Invalid(
+                    "the secure client port needs a certificate and its key: give --tls-cert and --tls-key".into(),
+                ))
+            }
+            (None, None, None) if tls_client_ca.is_none() => None,
+            (None, ..) => {
+                return Err(ConfigError::Invalid(
+                    "TLS files are given but no port serves TLS: give --secure-client-addr".into(),
+                ))
+            }
+        };
+        let super_digest = flags.super_digest.or(file.super_digest);
+        if let Some(digest) = &super_digest {
+            mergestream_coordinator::acl::validate_super_digest(digest).map_err(ConfigError::Invalid)?;
+        }
         Ok(ServeConfig {
             node_id: flags.node_id.or(file.node_id).ok_or_else(|| missing("node-id", "node_id"))?,
             client_addr: flags.client_addr.or(file.client_addr).ok_or_else(|| missing("client-addr", "client_addr"))?,
@@ -93,6 +128,8 @@ impl ServeConfig {
                 .handshake_timeout_ms
                 .or(file.handshake_timeout_ms)
                 .unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_MS),
+            secure,
+            super_digest,
             peers,
         })
     }
@@ -122,6 +159,17 @@ pub fn example() -> String {
          # cluster_secret_file = \"/etc/mergestream/cluster-secret\"\n\
          # How long a client connection may take to send its handshake, in milliseconds.\n\
          # handshake_timeout_ms = {DEFAULT_HANDSHAKE_TIMEOUT_MS}\n\
+         \n\
+         # A second client port that speaks TLS (ZooKeeper's secureClientPort); off when absent.\n\
+         # secure_client_addr = \"127.0.0.1:2281\"\n\
+         # Its certificate chain and private key, PEM. Required with secure_client_addr.\n\
+         # tls_cert = \"/etc/mergestream/coordinator.pem\"\n\
+         # tls_key = \"/etc/mergestream/coordinator.key\"\n\
+         # A CA (PEM): when given, clients of the secure port must present a certificate it signed.\n\
+         # tls_client_ca = \"/etc/mergestream/clients-ca.pem\"\n\
+         # The superuser, as USER:HASH (base64 of the SHA-1 of user:password): `addauth digest`\n\
+         # with its password passes every ACL (ZooKeeper's superDigest). Off when absent.\n\
+         # super_digest = \"super:D/InIHSb7yEEbrWz8b9l71RjZJU=\"\n\
          \n\
          # The other members, node id = their raft_addr; --peer ID=HOST:PORT adds or overrides.\n\
          [peers]\n\
@@ -160,6 +208,24 @@ mod tests {
         assert!(error.to_string().contains("\"four\" is not a node id"), "{error}");
         let error = ServeConfig::resolve(ServeFlags::default(), ServeFile::default()).expect_err("no node id");
         assert!(error.to_string().contains("--node-id"), "{error}");
+    }
+
+    #[test]
+    fn the_secure_port_needs_its_files_and_the_files_a_port() {
+        let base = "node_id = 1\nclient_addr = \"127.0.0.1:2181\"\nraft_addr = \"127.0.0.1:9234\"\ndata_dir = \"/d\"\n";
+        let resolve = |extra: &str| {
+            ServeConfig::resolve(ServeFlags::default(), parse(&format!("{base}{extra}")).expect("parses"))
+        };
+        let config = resolve("secure_client_addr = \"127.0.0.1:2281\"\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n")
+            .expect("valid");
+        let (addr, files) = config.secure.expect("secure port");
+        assert_eq!((addr.port(), files.cert, files.client_ca), (2281, PathBuf::from("c.pem"), None));
+        let error = resolve("secure_client_addr = \"127.0.0.1:2281\"\ntls_cert = \"c.pem\"\n").expect_err("no key");
+        assert!(error.to_string().contains("--tls-key"), "{error}");
+        let error = resolve("tls_client_ca = \"ca.pem\"\n").expect_err("no port");
+        assert!(error.to_string().contains("--secure-client-addr"), "{error}");
+        let error = resolve("super_digest = \"super\"\n").expect_err("bad digest");
+        assert!(error.to_string().contains("USER:HASH"), "{error}");
     }
 
     #[test]

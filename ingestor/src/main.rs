@@ -88,6 +88,12 @@ struct RunArgs {
     /// [default: 6000].
     #[arg(long)]
     session_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    coordinator_tls: coordinator_client::TlsSettings,
+    /// USER:PASSWORD to authenticate to the coordinator with (a digest identity); the nodes
+    /// this ingestor creates are then readable and writable by it alone.
+    #[arg(long, env = "MERGESTREAM_COORDINATOR_IDENTITY")]
+    coordinator_identity: Option<String>,
     /// Where Prometheus metrics are served.
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
@@ -106,6 +112,8 @@ impl RunArgs {
             coordinator: self.coordinator,
             instance: self.instance,
             session_timeout_ms: self.session_timeout_ms,
+            coordinator_tls: self.coordinator_tls,
+            coordinator_identity: self.coordinator_identity,
             metrics_addr: self.metrics_addr,
         };
         run_config::RunConfig::resolve(flags, file)
@@ -188,6 +196,7 @@ fn run(args: run_config::RunConfig) -> anyhow::Result<()> {
         coordinator: args.coordinator,
         instance,
         session_timeout: Duration::from_millis(args.session_timeout_ms),
+        coordinator_access: args.coordinator_access,
     };
     tracing::info!(pipeline = pipeline.name, instance = options.instance, "starting");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use coordinator_client::offset::{offset_path, owner_path};
 use coordinator_client::zk::SessionState;
-use coordinator_client::{EphemeralLock, Keeper, KeeperError, NodeKind, OffsetRecord};
+use coordinator_client::{EphemeralLock, Keeper, KeeperAccess, KeeperError, NodeKind, OffsetRecord};
 
 /// The position of one (table, partition) and the version of its offset node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,13 +39,15 @@ pub struct Ownership {
 }
 
 impl Ownership {
+    /// A session for the partitions of `pipeline`, taken under the name `instance`.
     pub async fn connect(
         hosts: &str,
         session_timeout: Duration,
+        access: &KeeperAccess,
         pipeline: &str,
         instance: &str,
     ) -> Result<Ownership, KeeperError> {
-        let keeper = Keeper::connect(hosts, session_timeout).await?;
+        let keeper = Keeper::connect_with(hosts, session_timeout, access).await?;
         Ok(Ownership { keeper, pipeline: pipeline.to_string(), instance: instance.to_string() })
     }
 

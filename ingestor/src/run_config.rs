@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use coordinator_client::{KeeperAccess, TlsSettings};
 use mergestream_cli::ConfigError;
 use serde::Deserialize;
 
@@ -22,7 +23,10 @@ pub struct RunFile {
     pub coordinator: Option<String>,
     pub instance: Option<String>,
     pub session_timeout_ms: Option<u64>,
+    pub coordinator_identity: Option<String>,
     pub metrics_addr: Option<SocketAddr>,
+    #[serde(default)]
+    pub coordinator_tls: TlsSettings,
 }
 
 /// What the command line gave (`None`, or empty: not given).
@@ -33,6 +37,8 @@ pub struct RunFlags {
     pub coordinator: Option<String>,
     pub instance: Option<String>,
     pub session_timeout_ms: Option<u64>,
+    pub coordinator_tls: TlsSettings,
+    pub coordinator_identity: Option<String>,
     pub metrics_addr: Option<SocketAddr>,
 }
 
@@ -44,6 +50,7 @@ pub struct RunConfig {
     pub coordinator: String,
     pub instance: Option<String>,
     pub session_timeout_ms: u64,
+    pub coordinator_access: KeeperAccess,
     pub metrics_addr: Option<SocketAddr>,
 }
 
@@ -71,6 +78,11 @@ impl RunConfig {
             coordinator: flags.coordinator.or(file.coordinator).unwrap_or_else(|| DEFAULT_COORDINATOR.into()),
             instance: flags.instance.or(file.instance),
             session_timeout_ms,
+            coordinator_access: KeeperAccess::resolve(
+                flags.coordinator_tls.or(file.coordinator_tls),
+                flags.coordinator_identity.or(file.coordinator_identity),
+            )
+            .map_err(ConfigError::Invalid)?,
             metrics_addr: flags.metrics_addr.or(file.metrics_addr),
         })
     }
@@ -91,8 +103,13 @@ pub fn example() -> String {
          # instance = \"ingestor-1\"\n\
          # The coordinator session timeout: how long a dead ingestor keeps its partitions.\n\
          # session_timeout_ms = {DEFAULT_SESSION_TIMEOUT_MS}\n\
+         {identity}\
          # Where Prometheus metrics are served (off when absent).\n\
-         # metrics_addr = \"127.0.0.1:9365\"\n"
+         # metrics_addr = \"127.0.0.1:9365\"\n\
+         \n\
+         {tls}",
+        identity = coordinator_client::access::EXAMPLE_IDENTITY,
+        tls = coordinator_client::access::EXAMPLE_TLS,
     )
 }
 

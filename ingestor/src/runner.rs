@@ -40,6 +40,8 @@ pub struct RunOptions {
     /// This instance's name in lock nodes (defaults to host and pid).
     pub instance: String,
     pub session_timeout: Duration,
+    /// TLS and the identity to reach the coordinator with.
+    pub coordinator_access: coordinator_client::KeeperAccess,
 }
 
 struct TableSink {
@@ -204,9 +206,14 @@ impl<S: Source> Runner<S> {
             Ok::<_, IngestError>((storage, tables))
         };
         let registered = async {
-            let ownership =
-                Ownership::connect(&options.coordinator, options.session_timeout, &pipeline.name, &options.instance)
-                    .await?;
+            let ownership = Ownership::connect(
+                &options.coordinator,
+                options.session_timeout,
+                &options.coordinator_access,
+                &pipeline.name,
+                &options.instance,
+            )
+            .await?;
             ownership.register().await?;
             Ok::<_, IngestError>(ownership)
         };
@@ -606,11 +613,13 @@ impl<S: Source> Runner<S> {
                 self.forget(&key);
             }
             self.assign().await?;
+            let options = &self.options;
             let fresh = Ownership::connect(
-                &self.options.coordinator,
-                self.options.session_timeout,
+                &options.coordinator,
+                options.session_timeout,
+                &options.coordinator_access,
                 &self.pipeline.name,
-                &self.options.instance,
+                &options.instance,
             )
             .await;
             // An unreachable coordinator is waited out, not fatal: the next round tries again.

@@ -107,7 +107,9 @@ async fn only_the_holder_of_the_offset_version_commits() {
         .create_table("t", "CREATE TABLE t (id UInt64, who String) ENGINE = MergeTree ORDER BY id")
         .await
         .expect("table");
-    let owner = Ownership::connect(&hosts, Duration::from_secs(4), "guard", "test").await.expect("coordinator");
+    let owner = Ownership::connect(&hosts, Duration::from_secs(4), &Default::default(), "guard", "test")
+        .await
+        .expect("coordinator");
     let position = owner.position("t", "topic", 0).await.expect("offset node");
     assert_eq!((position.next, position.version), (BEGINNING, 0));
     let path = owner.offset_path("t", "topic", 0);

@@ -110,3 +110,20 @@ def test_an_empty_acl_is_invalid_and_an_unknown_scheme_fails_authentication(zook
         finally:
             client.stop()
             client.close()
+
+
+def test_an_auth_reply_carries_the_requests_own_xid(zookeeper, coordinator):
+    """ZooKeeper answers addauth with the request's xid (and zxid 0), whatever the xid is:
+    zookeeper-client sends auth with an ordinary xid and waits for that one."""
+    replies = []
+    for server in (zookeeper, coordinator):
+        raw = RawClient(getattr(server, "port", None) or server.client_port)
+        try:
+            credentials = b"ann:pw"
+            body = struct.pack(">i", 0) + jstring("digest") + struct.pack(">i", len(credentials)) + credentials
+            raw.send_frame(struct.pack(">ii", 7, 100) + body)
+            xid, zxid, err = struct.unpack_from(">iqi", raw.read_frame())
+            replies.append((xid, zxid, err))
+        finally:
+            raw.close()
+    assert replies[0] == replies[1] == (7, 0, 0), replies

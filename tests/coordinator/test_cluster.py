@@ -9,11 +9,12 @@ import time
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NotReadOnlyCallError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KeeperState
 
 from rawzk import RawClient, jstring
-from services import CoordinatorNode, leader_of, start_cluster, wait_until
+from services import CoordinatorNode, four_letter, leader_of, start_cluster, wait_until
 
 # Short ticks keep session timeouts (two to twenty ticks) and the tests short.
 TICK_MS = 500
@@ -339,3 +340,44 @@ def test_five_nodes_keep_writing_with_two_down(tmp_path):
     finally:
         for n in nodes:
             n.stop()
+
+
+def test_cut_off_from_its_quorum_a_node_serves_read_only_sessions(cluster):
+    """ZooKeeper's read-only mode: a client that accepts a read-only server (kazoo's
+    read_only=True, canBeReadOnly on the wire) gets a session on a node that cannot reach a
+    quorum, reads what the node last applied, and has every write refused with NOTREADONLY;
+    once the quorum is back the session ends and the client moves to a read-write one. A
+    client that did not ask for read-only gets nothing there, as before."""
+    leader = leader_of(cluster)
+    zk = connect(all_hosts(cluster), timeout=30.0)
+    zk.create("/kept", b"before the outage")
+    zk.sync("/kept")
+    zk.stop()
+    zk.close()
+    for n in cluster:
+        if n is not leader:
+            os.kill(n.proc.pid, signal.SIGSTOP)
+    states = []
+    client = KazooClient(hosts=leader.hosts, read_only=True, timeout=5)
+    client.add_listener(lambda state: states.append((state, client.client_state)))
+    try:
+        wait_until(lambda: four_letter(leader.client_port, "isro") == "ro", 10, "the leader sees itself cut off")
+        client.start(timeout=20)
+        assert client.client_state == KeeperState.CONNECTED_RO
+        assert client.get("/kept")[0] == b"before the outage"
+        for write in (lambda: client.create("/during", b""), lambda: client.set("/kept", b"x"),
+                      lambda: client.delete("/kept")):
+            with pytest.raises(NotReadOnlyCallError):
+                write()
+        with pytest.raises(KazooTimeoutError):
+            connect(leader.hosts, timeout=5.0, connection_retry={"max_tries": 0}).stop()
+    finally:
+        for n in cluster:
+            os.kill(n.proc.pid, signal.SIGCONT)
+    wait_until(lambda: client.client_state == KeeperState.CONNECTED, 30, "a read-write session after the outage")
+    client.create("/after", b"")
+    assert four_letter(leader.client_port, "isro") == "rw"
+    client.stop()
+    client.close()
+    tree = assert_replicas_equal(cluster)
+    assert "/after" in tree and "/during" not in tree

@@ -171,7 +171,7 @@ class StorageNode(Process):
 
 class Ingestor(Process):
     def __init__(self, workdir: Path, pipeline: Path, storage: StorageNode, coordinator_hosts, name="ingestor",
-                 session_timeout_ms=3000, metrics_port=None):
+                 session_timeout_ms=3000, metrics_port=None, extra_args=()):
         # Several storage nodes (the replicas of replicated tables): the first one takes blocks first.
         addrs = ",".join(s.addr for s in storage) if isinstance(storage, (list, tuple)) else storage.addr
         args = [str(INGESTOR_BIN), "run", "--pipeline", str(pipeline), "--storage-node", addrs,
@@ -179,7 +179,7 @@ class Ingestor(Process):
                 "--session-timeout-ms", str(session_timeout_ms)]
         if metrics_port:
             args += ["--metrics-addr", f"127.0.0.1:{metrics_port}"]
-        super().__init__(name, args, workdir)
+        super().__init__(name, [*args, *extra_args], workdir)
 
 
 def check(pipeline: Path):

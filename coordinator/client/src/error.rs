@@ -13,6 +13,8 @@ pub enum KeeperError {
     TxnRequest { ops: usize, source: zk::Error },
     #[error("{path}: child {name:?} does not end in a sequence number")]
     BadSequence { path: String, name: String },
+    #[error("coordinator TLS: {path}: {reason}")]
+    Tls { path: std::path::PathBuf, reason: String },
 }
 
 impl KeeperError {
@@ -27,7 +29,7 @@ impl KeeperError {
             | KeeperError::Op { source, .. }
             | KeeperError::Txn { source, .. }
             | KeeperError::TxnRequest { source, .. } => Some(source),
-            KeeperError::BadSequence { .. } => None,
+            KeeperError::BadSequence { .. } | KeeperError::Tls { .. } => None,
         }
     }
 

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
-use crate::{KeeperError, Txn};
+use crate::{KeeperAccess, KeeperError, Txn};
 
 /// What kind of znode to create.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,14 +15,14 @@ pub enum NodeKind {
 }
 
 impl NodeKind {
-    pub(crate) fn options(self) -> zk::CreateOptions<'static> {
+    pub(crate) fn options(self, acls: zk::Acls<'static>) -> zk::CreateOptions<'static> {
         let mode = match self {
             NodeKind::Persistent => zk::CreateMode::Persistent,
             NodeKind::PersistentSequential => zk::CreateMode::PersistentSequential,
             NodeKind::Ephemeral => zk::CreateMode::Ephemeral,
             NodeKind::EphemeralSequential => zk::CreateMode::EphemeralSequential,
         };
-        mode.with_acls(zk::Acls::anyone_all())
+        mode.with_acls(acls)
     }
 }
 
@@ -41,6 +41,8 @@ pub struct Keeper {
     client: zk::Client,
     /// How long a request may go unanswered before it fails as a connection loss.
     request_timeout: Duration,
+    /// The ACL of the nodes it creates.
+    acls: zk::Acls<'static>,
 }
 
 /// zookeeper-client 0.11 can leave a request unanswered when the watches of a path churn
@@ -54,12 +56,30 @@ impl Keeper {
     /// Connects to any of `hosts` (`host:port,host:port`), moving to another one on failure
     /// while the session lasts.
     pub async fn connect(hosts: &str, session_timeout: Duration) -> Result<Self, KeeperError> {
-        let client = zk::Client::connector()
-            .with_session_timeout(session_timeout)
-            .connect(hosts)
-            .await
-            .map_err(|source| KeeperError::Connect { hosts: hosts.to_string(), source })?;
-        Ok(Keeper { client, request_timeout: request_timeout(session_timeout) })
+        Self::connect_with(hosts, session_timeout, &KeeperAccess::default()).await
+    }
+
+    /// [`Keeper::connect`] through TLS and with an identity, as `access` says.
+    pub async fn connect_with(
+        hosts: &str,
+        session_timeout: Duration,
+        access: &KeeperAccess,
+    ) -> Result<Self, KeeperError> {
+        let connector = access.connector()?.with_session_timeout(session_timeout);
+        let connecting = match access.tls {
+            Some(_) => connector.secure_connect(hosts).await,
+            None => connector.connect(hosts).await,
+        };
+        let client = connecting.map_err(|source| KeeperError::Connect { hosts: hosts.to_string(), source })?;
+        let acls = match access.identity {
+            Some(_) => zk::Acls::creator_all(),
+            None => zk::Acls::anyone_all(),
+        };
+        Ok(Keeper { client, request_timeout: request_timeout(session_timeout), acls })
+    }
+
+    pub(crate) fn create_options(&self, kind: NodeKind) -> zk::CreateOptions<'static> {
+        kind.options(self.acls)
     }
 
     /// `request`, or a connection loss of `op` on `path` once the request timeout passes.
@@ -92,12 +112,13 @@ impl Keeper {
 
     /// Creates `path` and its missing ancestors as empty persistent nodes; present ones are fine.
     pub async fn ensure_path(&self, path: &str) -> Result<(), KeeperError> {
-        self.bounded("mkdir", path, self.client.mkdir(path, &NodeKind::Persistent.options())).await
+        self.bounded("mkdir", path, self.client.mkdir(path, &self.create_options(NodeKind::Persistent))).await
     }
 
     /// Creates a node and returns its path (with the sequence suffix for sequential kinds).
     pub async fn create(&self, path: &str, data: &[u8], kind: NodeKind) -> Result<String, KeeperError> {
-        let (_, sequence) = self.bounded("create", path, self.client.create(path, data, &kind.options())).await?;
+        let (_, sequence) =
+            self.bounded("create", path, self.client.create(path, data, &self.create_options(kind))).await?;
         Ok(match kind {
             NodeKind::PersistentSequential | NodeKind::EphemeralSequential => format!("{path}{sequence}"),
             NodeKind::Persistent | NodeKind::Ephemeral => path.to_string(),

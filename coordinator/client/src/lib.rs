@@ -7,6 +7,7 @@
 //! ([`SequentialLog`]), and waiting for changes ([`Keeper::wait_for_change`]). The raw client
 //! stays reachable through [`Keeper::raw`] for anything else.
 
+pub mod access;
 mod error;
 mod keeper;
 mod lock;
@@ -15,6 +16,7 @@ pub mod offset;
 mod txn;
 pub mod watch;
 
+pub use access::{KeeperAccess, KeeperTls, TlsSettings};
 pub use error::KeeperError;
 pub use keeper::{Keeper, NodeKind, Versioned};
 pub use lock::{EphemeralLock, LockHolder};

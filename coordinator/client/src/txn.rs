@@ -107,7 +107,7 @@ impl<'a> Txn<'a> {
         for (index, op) in self.ops.iter().enumerate() {
             let added = match op {
                 Op::Check { path, version } => writer.add_check_version(path, *version),
-                Op::Create { path, data, kind } => writer.add_create(path, data, &kind.options()),
+                Op::Create { path, data, kind } => writer.add_create(path, data, &self.keeper.create_options(*kind)),
                 Op::Set { path, data, version } => writer.add_set_data(path, data, *version),
                 Op::Delete { path, version } => writer.add_delete(path, *version),
             };

@@ -19,6 +19,7 @@ pub mod op {
     pub const CHECK: i32 = 13;
     pub const MULTI: i32 = 14;
     pub const CREATE2: i32 = 15;
+    pub const RECONFIG: i32 = 16;
     pub const CHECK_WATCHES: i32 = 17;
     pub const REMOVE_WATCHES: i32 = 18;
     pub const GET_ALL_CHILDREN_NUMBER: i32 = 104;
@@ -47,6 +48,7 @@ pub mod op {
             CHECK => "check",
             MULTI => "multi",
             CREATE2 => "create2",
+            RECONFIG => "reconfig",
             CHECK_WATCHES => "checkWatches",
             REMOVE_WATCHES => "removeWatches",
             GET_ALL_CHILDREN_NUMBER => "getAllChildrenNumber",
@@ -92,6 +94,9 @@ pub enum ErrorCode {
     NoWatcher = -121,
     // Added after the others: serialized results name variants by position.
     AuthFailed = -115,
+    NotReadOnly = -119,
+    NewConfigNoQuorum = -13,
+    ReconfigInProgress = -14,
 }
 
 impl ErrorCode {

@@ -109,7 +109,7 @@ fn peer_messages_decode_or_fail_without_panicking() {
             time_ms: 5,
             multi: true,
             ops: vec![
-                TreeOp::Create { path: "/x".into(), data: b"abc".to_vec(), acl: vec![], flags: 0 },
+                TreeOp::Create { path: "/x".into(), data: Some(b"abc".to_vec()), acl: vec![], flags: 0 },
                 TreeOp::Delete { path: "/y".into(), version: -1 },
             ],
         },

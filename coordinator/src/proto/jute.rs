@@ -43,13 +43,20 @@ impl<'a> JuteReader<'a> {
         Ok(i64::from_be_bytes(a))
     }
 
-    /// A buffer; jute writes null as length -1, which we read as empty like ZooKeeper does.
+    /// A buffer; jute writes null as length -1, which this reads as empty, as ZooKeeper reads
+    /// a string or a password.
     pub fn buffer(&mut self) -> Result<Vec<u8>, ProtoError> {
+        Ok(self.optional_buffer()?.unwrap_or_default())
+    }
+
+    /// A buffer that may be null (length -1): a node's data, which ZooKeeper keeps null when a
+    /// client sent null, apart from empty.
+    pub fn optional_buffer(&mut self) -> Result<Option<Vec<u8>>, ProtoError> {
         let len = self.i32()?;
         if len < 0 {
-            return Ok(Vec::new());
+            return Ok(None);
         }
-        Ok(self.take(len as usize, "buffer")?.to_vec())
+        Ok(Some(self.take(len as usize, "buffer")?.to_vec()))
     }
 
     pub fn string(&mut self) -> Result<String, ProtoError> {
@@ -110,6 +117,14 @@ impl JuteWriter {
         self.i32(v.len() as i32);
         self.buf.extend_from_slice(v);
         self
+    }
+
+    /// A buffer or null (length -1).
+    pub fn optional_buffer(&mut self, v: Option<&[u8]>) -> &mut Self {
+        match v {
+            Some(v) => self.buffer(v),
+            None => self.i32(-1),
+        }
     }
 
     pub fn string(&mut self, v: &str) -> &mut Self {

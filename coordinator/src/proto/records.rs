@@ -100,9 +100,9 @@ pub struct WatchSet {
 /// One operation of a multi request.
 #[derive(Debug, Clone)]
 pub enum MultiOp {
-    Create { path: String, data: Vec<u8>, acl: Vec<Acl>, flags: i32, with_stat: bool },
+    Create { path: String, data: Option<Vec<u8>>, acl: Vec<Acl>, flags: i32, with_stat: bool },
     Delete { path: String, version: i32 },
-    SetData { path: String, data: Vec<u8>, version: i32 },
+    SetData { path: String, data: Option<Vec<u8>>, version: i32 },
     Check { path: String, version: i32 },
 }
 
@@ -123,7 +123,7 @@ impl MultiOp {
 pub enum Request {
     Create {
         path: String,
-        data: Vec<u8>,
+        data: Option<Vec<u8>>,
         acl: Vec<Acl>,
         flags: i32,
         with_stat: bool,
@@ -142,7 +142,7 @@ pub enum Request {
     },
     SetData {
         path: String,
-        data: Vec<u8>,
+        data: Option<Vec<u8>>,
         version: i32,
     },
     GetAcl {
@@ -186,6 +186,8 @@ pub enum Request {
         scheme: String,
         credentials: Vec<u8>,
     },
+    /// Dynamic reconfiguration of the ensemble.
+    Reconfig(crate::reconfig::ReconfigRequest),
     /// An operation code this server does not implement.
     Unsupported(i32),
 }
@@ -195,7 +197,7 @@ impl Request {
         Ok(match op_code {
             op::CREATE | op::CREATE2 => {
                 let path = r.string()?;
-                let data = r.buffer()?;
+                let data = r.optional_buffer()?;
                 let acl = r.vec(Acl::read)?;
                 let flags = r.i32()?;
                 Self::Create { path, data, acl, flags, with_stat: op_code == op::CREATE2 }
@@ -203,7 +205,7 @@ impl Request {
             op::DELETE => Self::Delete { path: r.string()?, version: r.i32()? },
             op::EXISTS => Self::Exists { path: r.string()?, watch: r.bool()? },
             op::GET_DATA => Self::GetData { path: r.string()?, watch: r.bool()? },
-            op::SET_DATA => Self::SetData { path: r.string()?, data: r.buffer()?, version: r.i32()? },
+            op::SET_DATA => Self::SetData { path: r.string()?, data: r.optional_buffer()?, version: r.i32()? },
             op::GET_ACL => Self::GetAcl { path: r.string()? },
             op::SET_ACL => Self::SetAcl { path: r.string()?, acl: r.vec(Acl::read)?, version: r.i32()? },
             op::GET_CHILDREN | op::GET_CHILDREN2 => {
@@ -212,6 +214,21 @@ impl Request {
             op::GET_ALL_CHILDREN_NUMBER => Self::GetAllChildrenNumber { path: r.string()? },
             op::GET_EPHEMERALS => Self::GetEphemerals { prefix: r.string()? },
             op::SYNC => Self::Sync { path: r.string()? },
+            op::RECONFIG => {
+                let mut text = || -> Result<Option<String>, ProtoError> {
+                    let offset = r.remaining();
+                    r.optional_buffer()?
+                        .map(|b| String::from_utf8(b).map_err(|_| ProtoError::InvalidUtf8 { offset }))
+                        .transpose()
+                };
+                let (joining, leaving, new_members) = (text()?, text()?, text()?);
+                Self::Reconfig(crate::reconfig::ReconfigRequest {
+                    joining,
+                    leaving,
+                    new_members,
+                    from_config: r.i64()?,
+                })
+            }
             op::PING => Self::Ping,
             op::MULTI => Self::Multi(decode_multi(r)?),
             op::CLOSE_SESSION => Self::CloseSession,
@@ -260,6 +277,7 @@ impl Request {
                 | Self::SetAcl { .. }
                 | Self::Multi(_)
                 | Self::CloseSession
+                | Self::Reconfig(_)
         )
     }
 }
@@ -278,13 +296,13 @@ fn decode_multi(r: &mut JuteReader) -> Result<Vec<MultiOp>, ProtoError> {
         ops.push(match op_type {
             op::CREATE | op::CREATE2 => {
                 let path = r.string()?;
-                let data = r.buffer()?;
+                let data = r.optional_buffer()?;
                 let acl = r.vec(Acl::read)?;
                 let flags = r.i32()?;
                 MultiOp::Create { path, data, acl, flags, with_stat: op_type == op::CREATE2 }
             }
             op::DELETE => MultiOp::Delete { path: r.string()?, version: r.i32()? },
-            op::SET_DATA => MultiOp::SetData { path: r.string()?, data: r.buffer()?, version: r.i32()? },
+            op::SET_DATA => MultiOp::SetData { path: r.string()?, data: r.optional_buffer()?, version: r.i32()? },
             op::CHECK => MultiOp::Check { path: r.string()?, version: r.i32()? },
             other => return Err(ProtoError::BadField { what: "multi operation type", value: other as i64 }),
         });

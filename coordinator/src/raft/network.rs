@@ -34,6 +34,11 @@ pub enum PeerRequest {
     ReadIndex,
     /// Sessions that sent something to a follower since its last report.
     TouchSessions(Vec<i64>),
+    /// A client's reconfig with the identities of its connection, for the leader to run.
+    Reconfig {
+        request: crate::reconfig::ReconfigRequest,
+        auth: Vec<crate::acl::AuthId>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
@@ -52,6 +57,8 @@ pub enum PeerResponse {
     Write(Result<(u64, CommandResult), ForwardError>),
     ReadIndex(Result<u64, ForwardError>),
     Touched,
+    /// `/zookeeper/config`'s new data and stat, or why the reconfig failed.
+    Reconfig(Result<(Vec<u8>, crate::proto::records::Stat), crate::proto::codes::ErrorCode>),
 }
 
 /// Idle connections to peers, by address, shared by everything that calls a peer.

@@ -30,6 +30,38 @@ struct SnapshotData {
     membership: StoredMembership<NodeId, Node>,
 }
 
+/// What a snapshot's bytes start with since nodes keep null data apart from empty. The first
+/// snapshots have no prefix: they start with the node count, a little-endian u64 whose last
+/// byte is never 0xff, so the two cannot be taken for each other.
+const SNAPSHOT_V2: &[u8; 8] = b"MSsnap\x02\xff";
+
+/// [`SnapshotData`] as the first snapshots encoded it (see [`crate::tree::v1`]).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct SnapshotDataV1 {
+    tree: crate::tree::v1::DataTree,
+    last_applied: Option<LogId>,
+    membership: StoredMembership<NodeId, Node>,
+}
+
+fn encode_snapshot(data: &SnapshotData) -> bincode::Result<Vec<u8>> {
+    let mut bytes = SNAPSHOT_V2.to_vec();
+    bincode::serialize_into(&mut bytes, data)?;
+    Ok(bytes)
+}
+
+/// Reads a snapshot of either encoding: a node upgraded from the first one loads its own
+/// snapshot, and accepts one from a leader that has not been upgraded yet.
+fn decode_snapshot(bytes: &[u8]) -> bincode::Result<SnapshotData> {
+    match bytes.strip_prefix(SNAPSHOT_V2) {
+        Some(rest) => bincode::deserialize(rest),
+        None => {
+            let old: SnapshotDataV1 = bincode::deserialize(bytes)?;
+            Ok(SnapshotData { tree: old.tree.into(), last_applied: old.last_applied, membership: old.membership })
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct StateMachine {
     state: Arc<NodeState>,
@@ -47,7 +79,7 @@ impl StateMachine {
         let path = dir.join(SNAPSHOT_FILE);
         if path.exists() {
             let file: SnapshotFile = bincode::deserialize(&std::fs::read(&path)?).map_err(decode_error)?;
-            let data: SnapshotData = bincode::deserialize(&file.data).map_err(decode_error)?;
+            let data = decode_snapshot(&file.data).map_err(decode_error)?;
             let mut inner = state.lock();
             tracing::info!(last_applied = ?data.last_applied, znodes = data.tree.node_count(), "snapshot loaded");
             inner.tree = data.tree;
@@ -91,7 +123,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             (data, meta)
         };
         // Serialized outside the lock: the tree was cloned so that requests go on meanwhile.
-        let bytes = bincode::serialize(&data).map_err(|e| storage_error(subject(), ErrorVerb::Write, e))?;
+        let bytes = encode_snapshot(&data).map_err(|e| storage_error(subject(), ErrorVerb::Write, e))?;
         let file = SnapshotFile { meta: meta.clone(), data: bytes.clone() };
         let encoded = bincode::serialize(&file).map_err(|e| storage_error(subject(), ErrorVerb::Write, e))?;
         let path = self.dir.join(SNAPSHOT_FILE);
@@ -152,8 +184,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Vec<u8>>,
     ) -> Result<(), StorageError> {
         let subject = || ErrorSubject::Snapshot(Some(meta.signature()));
-        let data: SnapshotData =
-            bincode::deserialize(&snapshot).map_err(|e| storage_error(subject(), ErrorVerb::Read, e))?;
+        let data = decode_snapshot(&snapshot).map_err(|e| storage_error(subject(), ErrorVerb::Read, e))?;
         let file = SnapshotFile { meta: meta.clone(), data: *snapshot };
         let encoded = bincode::serialize(&file).map_err(|e| storage_error(subject(), ErrorVerb::Write, e))?;
         let path = self.dir.join(SNAPSHOT_FILE);
@@ -174,5 +205,42 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let file =
             self.read_snapshot_file().map_err(|e| storage_error(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
         Ok(file.map(|f| Snapshot { meta: f.meta, snapshot: Box::new(f.data) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::command::{Command, TreeOp};
+
+    fn tree_with_null_data() -> DataTree {
+        let mut tree = DataTree::new();
+        let acl = vec![crate::proto::records::Acl { perms: 31, scheme: "world".into(), id: "anyone".into() }];
+        let ops = vec![
+            TreeOp::Create { path: "/null".into(), data: None, acl: acl.clone(), flags: 0 },
+            TreeOp::Create { path: "/empty".into(), data: Some(Vec::new()), acl, flags: 0 },
+        ];
+        tree.apply(1, &Command::Ops { session_id: 0, time_ms: 5, multi: true, ops }, &mut Vec::new());
+        tree
+    }
+
+    #[test]
+    fn snapshots_of_both_encodings_decode() {
+        let tree = tree_with_null_data();
+        let data = SnapshotData { tree: tree.clone(), last_applied: None, membership: StoredMembership::default() };
+        let decoded = decode_snapshot(&encode_snapshot(&data).expect("encode")).expect("decode");
+        assert_eq!(decoded.tree.dump(), tree.dump());
+        assert_eq!(decoded.tree.node("/null").map(|n| n.data.is_none()), Some(true));
+
+        let old = SnapshotDataV1 {
+            tree: crate::tree::v1::DataTree::from_current(&tree),
+            last_applied: None,
+            membership: StoredMembership::default(),
+        };
+        let bytes = bincode::serialize(&old).expect("encode");
+        assert_ne!(bytes[7], 0xff, "the node count's last byte, where the new encoding's marker ends");
+        let decoded = decode_snapshot(&bytes).expect("decode the first encoding");
+        assert_eq!(decoded.tree.node("/empty").map(|n| n.data.clone()), Some(Some(Vec::new())));
+        assert_eq!(decoded.tree.node_count(), tree.node_count());
     }
 }

@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::RngCore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
 use super::outbox::{frame_queue, write_frames, FrameSender, MAX_QUEUED_BYTES};
-use super::{four_letter, reply};
+use super::{four_letter, reply, ClientStream};
 use crate::node::{Committed, Coordinator};
 use crate::proto::codes::{op, xid, AddWatchMode, ErrorCode, EventType};
 use crate::proto::jute::JuteReader;
@@ -48,7 +47,10 @@ enum ConnectionError {
     NotReading(usize),
 }
 
-pub async fn run(node: Arc<Coordinator>, stream: TcpStream, peer: SocketAddr) {
+pub async fn run<S>(node: Arc<Coordinator>, stream: S, peer: SocketAddr)
+where
+    S: ClientStream + AsyncRead + AsyncWrite + Unpin,
+{
     node.stats.connections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
     let result = serve(&node, stream, peer).await;
@@ -63,7 +65,7 @@ pub async fn run(node: Arc<Coordinator>, stream: TcpStream, peer: SocketAddr) {
     }
 }
 
-async fn read_len(stream: &mut tokio::net::tcp::OwnedReadHalf) -> Result<usize, ConnectionError> {
+async fn read_len(stream: &mut (impl AsyncRead + Unpin)) -> Result<usize, ConnectionError> {
     let len = stream.read_u32().await? as usize;
     if len > MAX_FRAME_BYTES {
         return Err(ConnectionError::FrameTooLarge(len));
@@ -71,7 +73,10 @@ async fn read_len(stream: &mut tokio::net::tcp::OwnedReadHalf) -> Result<usize, 
     Ok(len)
 }
 
-async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream, peer: SocketAddr) -> Result<(), ConnectionError> {
+async fn serve<S>(node: &Arc<Coordinator>, mut stream: S, peer: SocketAddr) -> Result<(), ConnectionError>
+where
+    S: ClientStream + AsyncRead + AsyncWrite + Unpin,
+{
     // A connection has a while to say what it is, as ZooKeeper gives a connection without a
     // session: one that says nothing would hold a descriptor for ever.
     let connect = match tokio::time::timeout(node.config.handshake_timeout, read_connect(node, &mut stream)).await {
@@ -83,7 +88,7 @@ async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream, peer: SocketAddr)
             return Err(ConnectionError::HandshakeTimeout(node.config.handshake_timeout));
         }
     };
-    let (mut reader, writer) = stream.into_split();
+    let (mut reader, writer) = stream.split();
     let closed = Arc::new(Notify::new());
     let (frames, rx) = frame_queue(MAX_QUEUED_BYTES, closed.clone());
     let mut writer_task = tokio::spawn(write_frames(writer, rx));
@@ -117,7 +122,10 @@ async fn serve(node: &Arc<Coordinator>, mut stream: TcpStream, peer: SocketAddr)
 
 /// The four-letter word or the connect request a connection starts with; `None` after a
 /// four-letter word was answered.
-async fn read_connect(node: &Coordinator, stream: &mut TcpStream) -> Result<Option<ConnectRequest>, ConnectionError> {
+async fn read_connect(
+    node: &Coordinator,
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+) -> Result<Option<ConnectRequest>, ConnectionError> {
     let mut first = [0u8; 4];
     stream.read_exact(&mut first).await?;
     if let Some(answer) = four_letter::answer(node, &first) {
@@ -154,9 +162,10 @@ struct Incoming {
 }
 
 impl Incoming {
-    /// Writes are batched; CloseSession, a write too, ends the connection and goes alone.
+    /// Writes are batched; CloseSession, a write too, ends the connection and goes alone, and
+    /// a reconfig is the leader's to run.
     fn is_batched_write(&self) -> bool {
-        self.request.is_write() && !matches!(self.request, Request::CloseSession)
+        self.request.is_write() && !matches!(self.request, Request::CloseSession | Request::Reconfig(_))
     }
 }
 
@@ -178,6 +187,8 @@ struct Session {
     /// with `addauth`. They belong to the connection, as in ZooKeeper (a client that
     /// reconnects authenticates again).
     auth: std::sync::Mutex<Vec<AuthId>>,
+    /// A session of this node alone, made while no leader was known (see `read_only_session`).
+    read_only: bool,
 }
 
 /// Creates or resumes the session, registers its outbox on this node and sends the connect
@@ -190,6 +201,9 @@ async fn establish(
     peer: SocketAddr,
 ) -> Result<Option<Session>, ConnectionError> {
     let cfg = &node.config;
+    if connect.read_only == Some(true) && connect.session_id == 0 && !node.reaches_quorum() {
+        return Ok(Some(read_only_session(node, connect, frames, closed, peer)));
+    }
     let (session_id, timeout_ms, password) = if connect.session_id == 0 {
         let timeout_ms = connect.timeout_ms.clamp(cfg.min_session_timeout_ms(), cfg.max_session_timeout_ms());
         let mut password = vec![0u8; 16];
@@ -227,6 +241,7 @@ async fn establish(
         frames: frames.clone(),
         closed,
         auth: std::sync::Mutex::new(vec![AuthId::ip(peer.ip())]),
+        read_only: false,
     };
     {
         let mut inner = node.state.lock();
@@ -239,11 +254,49 @@ async fn establish(
             // The client moved to a new connection: the old one ends.
             previous.closed.notify_one();
         }
-        frames.send(encode_connect_response(timeout_ms, session_id, &password, connect.read_only));
+        // The flag tells the client whether this server is read-only (it is not), and is sent
+        // to clients that sent theirs.
+        frames.send(encode_connect_response(timeout_ms, session_id, &password, connect.read_only.map(|_| false)));
     }
     node.touch(session_id);
     tracing::debug!(session = format_args!("0x{session_id:x}"), timeout_ms, "session connected");
     Ok(Some(session))
+}
+
+/// A session for a client that accepts a read-only server (`canBeReadOnly`), on a node that
+/// knows no leader, as ZooKeeper's ReadOnlyZooKeeperServer gives one: it lives on this node
+/// alone (nothing can be committed to create it), reads what this node last applied, and every
+/// write is answered NOTREADONLY. Its connection ends once a leader is known again, and the
+/// client moves to a read-write session.
+fn read_only_session(
+    node: &Coordinator,
+    connect: &ConnectRequest,
+    frames: &FrameSender,
+    closed: Arc<Notify>,
+    peer: SocketAddr,
+) -> Session {
+    let cfg = &node.config;
+    let timeout_ms = connect.timeout_ms.clamp(cfg.min_session_timeout_ms(), cfg.max_session_timeout_ms());
+    let mut password = vec![0u8; 16];
+    rand::thread_rng().fill_bytes(&mut password);
+    let session_id =
+        ((cfg.node_id as i64 & 0x7f) << 56) | (rand::thread_rng().next_u64() as i64 & 0x00ff_ffff_ffff_ffff);
+    let session = Session {
+        id: session_id,
+        timeout: Duration::from_millis(timeout_ms as u64),
+        connection_id: node.next_connection_id(),
+        frames: frames.clone(),
+        closed,
+        auth: std::sync::Mutex::new(vec![AuthId::ip(peer.ip())]),
+        read_only: true,
+    };
+    let outbox =
+        Outbox { connection_id: session.connection_id, frames: frames.clone(), closed: session.closed.clone() };
+    node.state.lock().outboxes.insert(session_id, outbox);
+    frames.send(encode_connect_response(timeout_ms, session_id, &password, Some(true)));
+    metrics::counter!(crate::metrics::SESSIONS_CREATED).increment(1);
+    tracing::info!(session = format_args!("0x{session_id:x}"), "read-only session: no leader is known");
+    session
 }
 
 impl Session {
@@ -262,7 +315,7 @@ impl Session {
     async fn requests(
         &self,
         node: &Arc<Coordinator>,
-        reader: &mut tokio::net::tcp::OwnedReadHalf,
+        reader: &mut (impl AsyncRead + Unpin),
     ) -> Result<(), ConnectionError> {
         let (tx, rx) = mpsc::channel(MAX_PIPELINED);
         let reading = self.read_requests(node, reader, tx);
@@ -276,6 +329,8 @@ impl Session {
                 // connection was told to close) and what it read was answered, or at a
                 // CloseSession, or when a write's outcome is unknown.
                 r = &mut answering => return read_result.unwrap_or(Ok(())).and(r),
+                // A read-only session ends with the outage: its client reconnects read-write.
+                _ = node.wait_for_quorum(), if self.read_only => return Ok(()),
             }
         }
     }
@@ -283,7 +338,7 @@ impl Session {
     async fn read_requests(
         &self,
         node: &Arc<Coordinator>,
-        reader: &mut tokio::net::tcp::OwnedReadHalf,
+        reader: &mut (impl AsyncRead + Unpin),
         tx: mpsc::Sender<Incoming>,
     ) -> Result<(), ConnectionError> {
         let read_ahead = Arc::new(tokio::sync::Semaphore::new(MAX_READ_AHEAD_BYTES));
@@ -303,7 +358,9 @@ impl Session {
             reader.read_exact(&mut payload).await?;
             let received = Instant::now();
             node.stats.received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            node.touch(self.id);
+            if !self.read_only {
+                node.touch(self.id);
+            }
             let mut r = JuteReader::new(&payload);
             let header = (|| Ok::<_, ProtoError>((r.i32()?, r.i32()?)))()
                 .map_err(|source| ConnectionError::Malformed { what: "request header", source })?;
@@ -339,6 +396,17 @@ impl Session {
             while let Some(incoming) = pending.next() {
                 if self.frames.overflowed() {
                     return Err(ConnectionError::NotReading(MAX_QUEUED_BYTES));
+                }
+                if self.read_only && (incoming.request.is_write() || matches!(incoming.request, Request::Sync { .. })) {
+                    let zxid = node.state.lock().tree.last_zxid();
+                    if matches!(incoming.request, Request::CloseSession) {
+                        // Nothing to commit: the session is this connection's.
+                        self.send(reply::empty(incoming.xid, zxid));
+                        return Ok(());
+                    }
+                    self.send(reply::error(incoming.xid, zxid, ErrorCode::NotReadOnly));
+                    record_request(node, incoming.op_code, incoming.received);
+                    continue;
                 }
                 if incoming.is_batched_write() {
                     let mut run = vec![incoming];
@@ -388,22 +456,37 @@ impl Session {
                 Err(e) => return Err(ConnectionError::NoLeader(format!("sync: {e}"))),
             },
             Request::Auth { scheme, credentials } => {
-                let zxid = node.state.lock().tree.last_zxid();
-                match acl::authenticate(&scheme, &credentials) {
-                    Some(id) => {
+                // Answered with the request's own xid (clients send -4, or any xid, as
+                // zookeeper-client does) and zxid 0, as ZooKeeper answers.
+                match acl::authenticate(&scheme, &credentials, node.config.super_digest.as_deref()) {
+                    Some(ids) => {
                         let mut auth = self.auth();
-                        if !auth.contains(&id) {
-                            auth.push(id);
+                        for id in ids {
+                            if !auth.contains(&id) {
+                                auth.push(id);
+                            }
                         }
                         drop(auth);
-                        self.send(reply::empty(xid::AUTH, zxid));
+                        self.send(reply::empty(xid, 0));
                     }
                     None => {
                         // ZooKeeper answers AUTHFAILED and closes the connection.
                         tracing::debug!(scheme, "authentication failed");
-                        self.send(reply::error(xid::AUTH, zxid, ErrorCode::AuthFailed));
+                        self.send(reply::error(xid, 0, ErrorCode::AuthFailed));
                         self.closed.notify_one();
                     }
+                }
+            }
+            Request::Reconfig(request) => {
+                let auth = self.auth().clone();
+                match node.reconfigure(request, auth).await {
+                    Ok((data, stat)) => {
+                        let mut w = reply::header(xid, stat.mzxid, ErrorCode::Ok);
+                        w.buffer(&data);
+                        stat.write(&mut w);
+                        self.send(w.finish());
+                    }
+                    Err(code) => self.send(reply::error(xid, node.state.lock().tree.last_zxid(), code)),
                 }
             }
             Request::Unsupported(code) => {
@@ -455,7 +538,7 @@ impl Session {
                     return reply::error(xid, zxid, ErrorCode::NoAuth);
                 }
                 let mut w = reply::header(xid, zxid, ErrorCode::Ok);
-                w.buffer(&n.data);
+                w.optional_buffer(n.data.as_deref());
                 n.stat().write(&mut w);
                 if watch {
                     inner.watches.add(self.id, WatchKind::Data, &p);

@@ -1,5 +1,5 @@
 //! ZooKeeper's four-letter words, sent instead of a connect request: `ruok`, `srvr`, `stat`,
-//! `mntr`, `conf`. The answer is plain text and the connection closes.
+//! `mntr`, `conf`, `envi`, `isro`. The answer is plain text and the connection closes.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -17,9 +17,16 @@ pub fn answer(node: &Coordinator, word: &[u8; 4]) -> Option<String> {
         }
         b"mntr" => mntr(node),
         b"conf" => conf(node),
+        b"envi" => envi(node),
+        // Clients in a read-only session probe servers with this to find one that writes.
+        b"isro" => if node.reaches_quorum() { "rw" } else { "ro" }.to_string(),
         _ => return None,
     })
 }
+
+/// The ZooKeeper version whose protocol and behaviour the coordinator reproduces, then ours:
+/// clients parse the leading digits to choose what to send (kazoo's `server_version`).
+const VERSION: &str = concat!("3.8.0-mergestream-", env!("CARGO_PKG_VERSION"));
 
 fn latency(node: &Coordinator) -> (f64, f64) {
     let count = node.stats.latency_count.load(Ordering::Relaxed).max(1);
@@ -32,7 +39,7 @@ fn srvr(node: &Coordinator) -> String {
     let inner = node.state.lock();
     let (avg, max) = latency(node);
     let mut s = String::new();
-    let _ = writeln!(s, "Zookeeper version: 3.8.0-mergestream-{}", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(s, "Zookeeper version: {VERSION}");
     let _ = writeln!(s, "Latency min/avg/max: 0/{avg:.4}/{max:.4}");
     let _ = writeln!(s, "Received: {}", node.stats.received.load(Ordering::Relaxed));
     let _ = writeln!(s, "Sent: {}", node.stats.sent.load(Ordering::Relaxed));
@@ -52,7 +59,7 @@ fn mntr(node: &Coordinator) -> String {
     let mut line = |k: &str, v: String| {
         let _ = writeln!(s, "{k}\t{v}");
     };
-    line("zk_version", format!("3.8.0-mergestream-{}", env!("CARGO_PKG_VERSION")));
+    line("zk_version", VERSION.to_string());
     line("zk_avg_latency", format!("{avg:.4}"));
     line("zk_max_latency", format!("{max:.4}"));
     line("zk_min_latency", "0".into());
@@ -72,6 +79,9 @@ fn mntr(node: &Coordinator) -> String {
     line("raft_last_log_index", metrics.last_log_index.unwrap_or(0).to_string());
     line("raft_last_applied", metrics.last_applied.map_or(0, |l| l.index).to_string());
     line("raft_snapshot_index", metrics.snapshot.map_or(0, |l| l.index).to_string());
+    if let Some(ms) = metrics.millis_since_quorum_ack {
+        line("raft_millis_since_quorum_ack", ms.to_string());
+    }
     s
 }
 
@@ -84,5 +94,23 @@ fn conf(node: &Coordinator) -> String {
     let _ = writeln!(s, "minSessionTimeout={}", c.min_session_timeout_ms());
     let _ = writeln!(s, "maxSessionTimeout={}", c.max_session_timeout_ms());
     let _ = writeln!(s, "serverId={}", c.node_id);
+    s
+}
+
+/// ZooKeeper's `envi`: `key=value` lines after an `Environment:` header; clients read
+/// `zookeeper.version` from it.
+fn envi(node: &Coordinator) -> String {
+    let mut s = String::from("Environment:\n");
+    let mut line = |k: &str, v: &dyn std::fmt::Display| {
+        let _ = writeln!(s, "{k}={v}");
+    };
+    line("zookeeper.version", &VERSION);
+    line("os.name", &std::env::consts::OS);
+    line("os.arch", &std::env::consts::ARCH);
+    if let Ok(dir) = std::env::current_dir() {
+        line("user.dir", &dir.display());
+    }
+    line("process.id", &std::process::id());
+    line("data.dir", &node.config.data_dir.display());
     s
 }

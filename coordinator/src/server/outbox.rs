@@ -8,8 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, Notify};
 
 /// Bytes of frames one connection may have waiting for its socket.
@@ -69,7 +68,7 @@ impl FrameSender {
 
 /// Writes frames until every sender is gone (the socket is then shut down) or the queue
 /// overflowed (the socket is dropped: what waits for a client that does not read is not sent).
-pub async fn write_frames(writer: OwnedWriteHalf, mut frames: FrameReceiver) {
+pub async fn write_frames(writer: impl AsyncWrite + Unpin, mut frames: FrameReceiver) {
     let mut out = BufWriter::new(writer);
     let shared = frames.shared.clone();
     while let Some(frame) = frames.rx.recv().await {
@@ -89,7 +88,7 @@ pub async fn write_frames(writer: OwnedWriteHalf, mut frames: FrameReceiver) {
 }
 
 /// False once the socket failed or the queue overflowed.
-async fn write_one(out: &mut BufWriter<OwnedWriteHalf>, frame: Vec<u8>, shared: &Shared) -> bool {
+async fn write_one(out: &mut BufWriter<impl AsyncWrite + Unpin>, frame: Vec<u8>, shared: &Shared) -> bool {
     let written = out.write_all(&frame).await;
     shared.queued.fetch_sub(frame.len(), Ordering::AcqRel);
     written.is_ok() && !shared.overflowed.load(Ordering::Acquire)

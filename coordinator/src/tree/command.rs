@@ -7,14 +7,46 @@ use crate::acl::AuthId;
 use crate::proto::codes::ErrorCode;
 use crate::proto::records::{Acl, Stat};
 
-/// One operation on the tree; a multi request is a list of them applied all or nothing.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+impl Serialize for TreeOp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        wire::TreeOpRef::from(self).serialize(serializer)
+    }
+}
+
+/// One operation on the tree; a multi request is a list of them applied all or nothing. Data
+/// is `None` where the client sent null.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "wire::StoredTreeOp")]
 pub enum TreeOp {
-    Create { path: String, data: Vec<u8>, acl: Vec<Acl>, flags: i32 },
-    Delete { path: String, version: i32 },
-    SetData { path: String, data: Vec<u8>, version: i32 },
-    SetAcl { path: String, acl: Vec<Acl>, version: i32 },
-    Check { path: String, version: i32 },
+    Create {
+        path: String,
+        data: Option<Vec<u8>>,
+        acl: Vec<Acl>,
+        flags: i32,
+    },
+    Delete {
+        path: String,
+        version: i32,
+    },
+    SetData {
+        path: String,
+        data: Option<Vec<u8>>,
+        version: i32,
+    },
+    SetAcl {
+        path: String,
+        acl: Vec<Acl>,
+        version: i32,
+    },
+    Check {
+        path: String,
+        version: i32,
+    },
+    /// A reconfig's new ensemble: `/zookeeper/config` becomes `members` and the line
+    /// `version=<this write's zxid in hex>`. Only the leader's reconfig makes it.
+    SetConfig {
+        members: String,
+    },
 }
 
 /// Decoded through [`wire::Command`], whose batch holds no batch: a message nesting batches
@@ -117,9 +149,69 @@ impl Command {
 /// the same order (so the same bytes as the derived encoding), with a batch's items of a type
 /// that has no batch variant. Decoding is therefore at most two levels deep.
 mod wire {
-    use serde::Deserialize;
+    use serde::{Deserialize, Serialize};
 
-    use super::{AuthId, ErrorCode, OpResult, TreeOp};
+    use super::{Acl, AuthId, ErrorCode, OpResult, TreeOp};
+
+    /// [`super::TreeOp`] as logs hold it. The first five variants are the encoding from before
+    /// null data was kept apart from empty (their data is never null); null data has variants
+    /// of its own, after them, so that entries written by older nodes decode unchanged.
+    #[derive(Deserialize)]
+    pub enum StoredTreeOp {
+        Create { path: String, data: Vec<u8>, acl: Vec<Acl>, flags: i32 },
+        Delete { path: String, version: i32 },
+        SetData { path: String, data: Vec<u8>, version: i32 },
+        SetAcl { path: String, acl: Vec<Acl>, version: i32 },
+        Check { path: String, version: i32 },
+        CreateNull { path: String, acl: Vec<Acl>, flags: i32 },
+        SetDataNull { path: String, version: i32 },
+        SetConfig { members: String },
+    }
+
+    impl From<StoredTreeOp> for TreeOp {
+        fn from(op: StoredTreeOp) -> Self {
+            use StoredTreeOp as Stored;
+            match op {
+                Stored::Create { path, data, acl, flags } => Self::Create { path, data: Some(data), acl, flags },
+                Stored::Delete { path, version } => Self::Delete { path, version },
+                Stored::SetData { path, data, version } => Self::SetData { path, data: Some(data), version },
+                Stored::SetAcl { path, acl, version } => Self::SetAcl { path, acl, version },
+                Stored::Check { path, version } => Self::Check { path, version },
+                Stored::CreateNull { path, acl, flags } => Self::Create { path, data: None, acl, flags },
+                Stored::SetDataNull { path, version } => Self::SetData { path, data: None, version },
+                Stored::SetConfig { members } => Self::SetConfig { members },
+            }
+        }
+    }
+
+    /// [`StoredTreeOp`]'s encoding, borrowed: a write is encoded without copying its data.
+    #[derive(Serialize)]
+    pub enum TreeOpRef<'a> {
+        Create { path: &'a str, data: &'a [u8], acl: &'a [Acl], flags: i32 },
+        Delete { path: &'a str, version: i32 },
+        SetData { path: &'a str, data: &'a [u8], version: i32 },
+        SetAcl { path: &'a str, acl: &'a [Acl], version: i32 },
+        Check { path: &'a str, version: i32 },
+        CreateNull { path: &'a str, acl: &'a [Acl], flags: i32 },
+        SetDataNull { path: &'a str, version: i32 },
+        SetConfig { members: &'a str },
+    }
+
+    impl<'a> From<&'a TreeOp> for TreeOpRef<'a> {
+        fn from(op: &'a TreeOp) -> Self {
+            use TreeOp as Op;
+            match op {
+                Op::Create { path, data: Some(data), acl, flags } => Self::Create { path, data, acl, flags: *flags },
+                Op::Create { path, data: None, acl, flags } => Self::CreateNull { path, acl, flags: *flags },
+                Op::Delete { path, version } => Self::Delete { path, version: *version },
+                Op::SetData { path, data: Some(data), version } => Self::SetData { path, data, version: *version },
+                Op::SetData { path, data: None, version } => Self::SetDataNull { path, version: *version },
+                Op::SetAcl { path, acl, version } => Self::SetAcl { path, acl, version: *version },
+                Op::Check { path, version } => Self::Check { path, version: *version },
+                Op::SetConfig { members } => Self::SetConfig { members },
+            }
+        }
+    }
 
     #[derive(Deserialize)]
     pub enum Command {
@@ -234,7 +326,38 @@ mod tests {
             session_id,
             time_ms: 7,
             multi: false,
-            ops: vec![TreeOp::Create { path: "/a".into(), data: b"x".to_vec(), acl: vec![], flags: 0 }],
+            ops: vec![TreeOp::Create { path: "/a".into(), data: Some(b"x".to_vec()), acl: vec![], flags: 0 }],
+        }
+    }
+
+    #[test]
+    fn entries_from_before_null_data_decode_and_null_data_round_trips() {
+        // The derived encoding of TreeOp when its data could not be null.
+        #[derive(Serialize)]
+        enum Before {
+            Create { path: String, data: Vec<u8>, acl: Vec<Acl>, flags: i32 },
+            _Delete { path: String, version: i32 },
+            SetData { path: String, data: Vec<u8>, version: i32 },
+        }
+        let acl = vec![Acl { perms: 31, scheme: "world".into(), id: "anyone".into() }];
+        let create = Before::Create { path: "/a".into(), data: b"x".to_vec(), acl: acl.clone(), flags: 1 };
+        let old = bincode::serialize(&create).expect("encode");
+        let decoded: TreeOp = bincode::deserialize(&old).expect("decode");
+        assert_eq!(
+            decoded,
+            TreeOp::Create { path: "/a".into(), data: Some(b"x".to_vec()), acl: acl.clone(), flags: 1 }
+        );
+        assert_eq!(bincode::serialize(&decoded).expect("encode"), old, "non-null data keeps its encoding");
+        let old =
+            bincode::serialize(&Before::SetData { path: "/a".into(), data: vec![], version: -1 }).expect("encode");
+        let decoded: TreeOp = bincode::deserialize(&old).expect("decode");
+        assert_eq!(decoded, TreeOp::SetData { path: "/a".into(), data: Some(vec![]), version: -1 });
+        for op in [
+            TreeOp::Create { path: "/n".into(), data: None, acl, flags: 0 },
+            TreeOp::SetData { path: "/n".into(), data: None, version: 3 },
+        ] {
+            let bytes = bincode::serialize(&op).expect("encode");
+            assert_eq!(bincode::deserialize::<TreeOp>(&bytes).expect("decode"), op);
         }
     }
 

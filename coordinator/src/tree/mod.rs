@@ -3,6 +3,7 @@
 
 pub mod command;
 pub mod path;
+pub mod v1;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -29,7 +30,8 @@ fn open_acl() -> Vec<Acl> {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Znode {
-    pub data: Vec<u8>,
+    /// `None` when the client sent null: ZooKeeper keeps it apart from empty data.
+    pub data: Option<Vec<u8>>,
     pub acl: Vec<Acl>,
     pub czxid: i64,
     pub mzxid: i64,
@@ -47,7 +49,7 @@ pub struct Znode {
 }
 
 impl Znode {
-    fn new(data: Vec<u8>, acl: Vec<Acl>, zxid: i64, time_ms: i64, ephemeral_owner: i64) -> Self {
+    fn new(data: Option<Vec<u8>>, acl: Vec<Acl>, zxid: i64, time_ms: i64, ephemeral_owner: i64) -> Self {
         Self {
             data,
             acl,
@@ -75,7 +77,7 @@ impl Znode {
             cversion: self.child_creates.wrapping_mul(2).wrapping_sub(num_children),
             aversion: self.aversion,
             ephemeral_owner: self.ephemeral_owner,
-            data_length: self.data.len() as i32,
+            data_length: self.data.as_ref().map_or(0, Vec::len) as i32,
             num_children,
             pzxid: self.pzxid,
         }
@@ -92,7 +94,7 @@ pub struct SessionInfo {
 enum Undo {
     RemoveNode(String),
     RestoreNode(String, Znode),
-    RestoreData { path: String, data: Vec<u8>, mzxid: i64, mtime: i64, version: i32 },
+    RestoreData { path: String, data: Option<Vec<u8>>, mzxid: i64, mtime: i64, version: i32 },
     RestoreAcl { path: String, acl: Vec<Acl>, aversion: i32 },
     ChildAdded { parent: String, child: String, child_creates: i32, pzxid: i64 },
     ChildRemoved { parent: String, child: String, pzxid: i64 },
@@ -115,14 +117,24 @@ impl Default for DataTree {
 }
 
 /// Nodes ZooKeeper keeps for itself: they exist from the start and cannot be deleted.
-const SYSTEM_NODES: [&str; 3] = ["/zookeeper", "/zookeeper/quota", "/zookeeper/config"];
+const SYSTEM_NODES: [&str; 3] = ["/zookeeper", "/zookeeper/quota", CONFIG_NODE];
+
+/// The ensemble's configuration, which only `reconfig` changes.
+pub const CONFIG_NODE: &str = "/zookeeper/config";
+
+/// `ZooDefs.Ids.READ_ACL_UNSAFE`, `/zookeeper/config`'s ACL since ZooKeeper 3.5.3: anyone reads,
+/// only the superuser reconfigures.
+fn read_only_acl() -> Vec<Acl> {
+    vec![Acl { perms: perms::READ, scheme: "world".into(), id: "anyone".into() }]
+}
 
 impl DataTree {
     pub fn new() -> Self {
         let mut nodes = HashMap::new();
-        nodes.insert("/".to_string(), Znode::new(Vec::new(), open_acl(), 0, 0, 0));
+        nodes.insert("/".to_string(), Znode::new(Some(Vec::new()), open_acl(), 0, 0, 0));
         for p in SYSTEM_NODES {
-            nodes.insert(p.to_string(), Znode::new(Vec::new(), open_acl(), 0, 0, 0));
+            let acl = if p == CONFIG_NODE { read_only_acl() } else { open_acl() };
+            nodes.insert(p.to_string(), Znode::new(Some(Vec::new()), acl, 0, 0, 0));
             // Added without counting as a create, as ZooKeeper's DataTree does: this is why a fresh
             // root reports cversion -1.
             if let Some(parent) = nodes.get_mut(path::parent(p)) {
@@ -444,6 +456,25 @@ impl DataTree {
                 }
                 node.aversion = node.aversion.wrapping_add(1);
                 Ok(OpResult::SetAcl { stat: node.stat() })
+            }
+            TreeOp::SetConfig { members } => {
+                let node = self.nodes.get_mut(CONFIG_NODE).ok_or(ErrorCode::NoNode)?;
+                let data = format!("{members}version={zxid:x}").into_bytes();
+                let previous = node.data.replace(data);
+                if let Some(u) = undo {
+                    u.push(Undo::RestoreData {
+                        path: CONFIG_NODE.to_string(),
+                        data: previous,
+                        mzxid: node.mzxid,
+                        mtime: node.mtime,
+                        version: node.version,
+                    });
+                }
+                node.mzxid = zxid;
+                node.mtime = time_ms;
+                node.version = node.version.wrapping_add(1);
+                changes.push(Change::DataChanged(CONFIG_NODE.to_string()));
+                Ok(OpResult::SetData { stat: node.stat() })
             }
             TreeOp::Check { path: p, version } => {
                 path::validate(p, false)?;

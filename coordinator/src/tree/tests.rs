@@ -2,7 +2,7 @@ use super::command::{Change, Command, CommandResult, OpResult, TreeOp};
 use super::*;
 
 fn create(path: &str, flags: i32) -> TreeOp {
-    TreeOp::Create { path: path.into(), data: b"d".to_vec(), acl: open_acl(), flags }
+    TreeOp::Create { path: path.into(), data: Some(b"d".to_vec()), acl: open_acl(), flags }
 }
 
 struct Harness {
@@ -69,7 +69,7 @@ fn failed_multi_changes_nothing_and_reports_codes_per_operation() {
         multi: true,
         ops: vec![
             create("/m1", 1),
-            TreeOp::SetData { path: "/a".into(), data: b"new".to_vec(), version: -1 },
+            TreeOp::SetData { path: "/a".into(), data: Some(b"new".to_vec()), version: -1 },
             TreeOp::Delete { path: "/a".into(), version: -1 },
             create("/a", 0),
             TreeOp::Check { path: "/a".into(), version: 3 },
@@ -182,7 +182,10 @@ fn a_batch_applies_its_commands_in_order_each_at_its_own_zxid() {
 fn operations_with_identities_are_checked_against_the_acls_as_they_apply() {
     use crate::acl::{authenticate, perms, AuthId};
     let mut h = Harness::new();
-    let ann = vec![AuthId::ip("127.0.0.1".parse().expect("ip")), authenticate("digest", b"ann:pw").expect("digest")];
+    let ann = vec![
+        AuthId::ip("127.0.0.1".parse().expect("ip")),
+        authenticate("digest", b"ann:pw", None).expect("digest").remove(0),
+    ];
     let other = vec![AuthId::ip("127.0.0.1".parse().expect("ip"))];
     let as_ = |auth: &Vec<AuthId>, multi: bool, ops: Vec<TreeOp>| Command::OpsAs {
         session_id: 7,
@@ -192,15 +195,18 @@ fn operations_with_identities_are_checked_against_the_acls_as_they_apply() {
         auth: auth.clone(),
     };
     let only_ann = vec![Acl { perms: perms::ALL, scheme: "auth".into(), id: String::new() }];
-    let created =
-        h.run(as_(&ann, false, vec![TreeOp::Create { path: "/p".into(), data: vec![], acl: only_ann, flags: 0 }]));
+    let created = h.run(as_(
+        &ann,
+        false,
+        vec![TreeOp::Create { path: "/p".into(), data: Some(vec![]), acl: only_ann, flags: 0 }],
+    ));
     assert!(matches!(created, CommandResult::Applied(_)), "{created:?}");
     assert_eq!(h.tree.node("/p").expect("created").acl[0].id, ann[1].id, "auth became ann's digest");
 
-    let set = |data: &[u8]| TreeOp::SetData { path: "/p".into(), data: data.to_vec(), version: -1 };
+    let set = |data: &[u8]| TreeOp::SetData { path: "/p".into(), data: Some(data.to_vec()), version: -1 };
     assert_eq!(h.run(as_(&other, false, vec![set(b"x")])), CommandResult::Failed(ErrorCode::NoAuth));
     assert!(matches!(h.run(as_(&ann, false, vec![set(b"x")])), CommandResult::Applied(_)));
-    let child = TreeOp::Create { path: "/p/c".into(), data: vec![], acl: open_acl(), flags: 0 };
+    let child = TreeOp::Create { path: "/p/c".into(), data: Some(vec![]), acl: open_acl(), flags: 0 };
     assert_eq!(h.run(as_(&other, false, vec![child.clone()])), CommandResult::Failed(ErrorCode::NoAuth));
     // In a multi the refused operation fails it all.
     let multi = h.run(as_(&other, true, vec![create("/free", 0), TreeOp::Check { path: "/p".into(), version: -1 }]));
@@ -215,4 +221,53 @@ fn operations_with_identities_are_checked_against_the_acls_as_they_apply() {
     assert_eq!(h.run(as_(&other, false, vec![unauthenticated])), CommandResult::Failed(ErrorCode::InvalidAcl));
     // Commands from before ACLs were enforced apply unchecked, as they did.
     assert!(matches!(h.op(set(b"old")), CommandResult::Applied(_)));
+}
+
+#[test]
+fn null_data_is_kept_apart_from_empty_data() {
+    let mut h = Harness::new();
+    let null = TreeOp::Create { path: "/null".into(), data: None, acl: open_acl(), flags: 0 };
+    assert!(matches!(h.op(null), CommandResult::Applied(_)));
+    assert_eq!(h.tree.node("/null").map(|n| n.data.clone()), Some(None));
+    assert_eq!(h.stat("/null").data_length, 0);
+    h.op(TreeOp::SetData { path: "/null".into(), data: Some(Vec::new()), version: -1 });
+    assert_eq!(h.tree.node("/null").map(|n| n.data.clone()), Some(Some(Vec::new())));
+    // A failed multi puts the null back.
+    h.op(TreeOp::SetData { path: "/null".into(), data: None, version: -1 });
+    let multi = Command::Ops {
+        session_id: 7,
+        time_ms: 1000,
+        multi: true,
+        ops: vec![
+            TreeOp::SetData { path: "/null".into(), data: Some(b"x".to_vec()), version: -1 },
+            TreeOp::Check { path: "/null".into(), version: 99 },
+        ],
+    };
+    assert!(matches!(h.run(multi), CommandResult::MultiFailed(_)));
+    assert_eq!(h.tree.node("/null").map(|n| n.data.clone()), Some(None));
+}
+
+#[test]
+fn a_tree_in_the_first_snapshot_encoding_loads_unchanged() {
+    let mut h = Harness::new();
+    h.op(create("/a", 0));
+    h.op(create("/a/e", 1));
+    let old = bincode::serialize(&v1::DataTree::from_current(&h.tree)).expect("encode");
+    let loaded: DataTree = bincode::deserialize::<v1::DataTree>(&old).expect("decode").into();
+    assert_eq!(loaded.dump(), h.tree.dump());
+    assert_eq!(loaded.ephemeral_count(), 1);
+    assert_eq!(loaded.last_zxid(), h.tree.last_zxid());
+}
+
+#[test]
+fn a_reconfig_writes_the_members_with_its_zxid_as_the_version() {
+    let mut h = Harness::new();
+    let members = "server.1=a:1:1:participant\n".to_string();
+    assert!(matches!(h.op(TreeOp::SetConfig { members }), CommandResult::Applied(_)));
+    let node = h.tree.node(CONFIG_NODE).expect("the config node");
+    let expected = format!("server.1=a:1:1:participant\nversion={:x}", h.zxid);
+    assert_eq!(node.data.as_deref(), Some(expected.as_bytes()));
+    assert_eq!((node.mzxid, node.version), (h.zxid, 1));
+    // As in ZooKeeper 3.5.3+: anyone reads it, only the superuser could setData it.
+    assert_eq!(node.acl, read_only_acl());
 }

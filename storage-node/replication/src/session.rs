@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use coordinator_client::{Keeper, KeeperError, TxnResult};
+use coordinator_client::{Keeper, KeeperAccess, KeeperError, TxnResult};
 use mergestream_engine::commit::{BoxFuture, Coordination, ExtraOp, Refusal};
 use mergestream_engine::EngineError;
 use tokio::sync::Mutex;
@@ -10,12 +10,13 @@ use tokio::sync::Mutex;
 pub struct CoordinatorSession {
     hosts: String,
     session_timeout: Duration,
+    access: KeeperAccess,
     keeper: Mutex<Option<Keeper>>,
 }
 
 impl CoordinatorSession {
-    pub fn new(hosts: String, session_timeout: Duration) -> CoordinatorSession {
-        CoordinatorSession { hosts, session_timeout, keeper: Mutex::new(None) }
+    pub fn new(hosts: String, session_timeout: Duration, access: KeeperAccess) -> CoordinatorSession {
+        CoordinatorSession { hosts, session_timeout, access, keeper: Mutex::new(None) }
     }
 
     pub fn hosts(&self) -> &str {
@@ -28,7 +29,7 @@ impl CoordinatorSession {
         if let Some(k) = slot.as_ref() {
             return Ok(k.clone());
         }
-        let k = Keeper::connect(&self.hosts, self.session_timeout).await?;
+        let k = Keeper::connect_with(&self.hosts, self.session_timeout, &self.access).await?;
         *slot = Some(k.clone());
         Ok(k)
     }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use coordinator_client::{KeeperAccess, TlsSettings};
 use serde::Deserialize;
 
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:9100";
@@ -23,12 +24,15 @@ pub struct ServeFile {
     pub grpc_addr: Option<SocketAddr>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: Option<u64>,
+    pub coordinator_identity: Option<String>,
     pub metrics_addr: Option<SocketAddr>,
     pub merge_threads: Option<usize>,
     pub replica: Option<String>,
     pub interserver_addr: Option<String>,
     #[serde(default)]
     pub macros: BTreeMap<String, String>,
+    #[serde(default)]
+    pub coordinator_tls: TlsSettings,
 }
 
 impl ServeFile {
@@ -50,6 +54,8 @@ pub struct ServeConfig {
     pub grpc_addr: SocketAddr,
     pub coordinator: Option<String>,
     pub session_timeout_ms: u64,
+    /// TLS and the identity to reach the coordinator with.
+    pub coordinator_access: KeeperAccess,
     pub metrics_addr: Option<SocketAddr>,
     pub merge_threads: usize,
     pub replica: Option<String>,
@@ -64,6 +70,8 @@ pub struct ServeFlags {
     pub grpc_addr: Option<SocketAddr>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: Option<u64>,
+    pub coordinator_tls: TlsSettings,
+    pub coordinator_identity: Option<String>,
     pub metrics_addr: Option<SocketAddr>,
     pub merge_threads: Option<usize>,
     pub replica: Option<String>,
@@ -87,6 +95,11 @@ impl ServeConfig {
                 .session_timeout_ms
                 .or(file.session_timeout_ms)
                 .unwrap_or(DEFAULT_SESSION_TIMEOUT_MS),
+            coordinator_access: KeeperAccess::resolve(
+                flags.coordinator_tls.or(file.coordinator_tls),
+                flags.coordinator_identity.or(file.coordinator_identity),
+            )
+            .map_err(ConfigError::Invalid)?,
             metrics_addr: flags.metrics_addr.or(file.metrics_addr),
             merge_threads: flags.merge_threads.or(file.merge_threads).unwrap_or(DEFAULT_MERGE_THREADS),
             replica: flags.replica.or(file.replica),
@@ -130,6 +143,7 @@ pub fn example() -> String {
          # coordinator = \"127.0.0.1:2181\"\n\
          # The coordinator session timeout in milliseconds.\n\
          # session_timeout_ms = {DEFAULT_SESSION_TIMEOUT_MS}\n\
+         {identity}\
          # Where Prometheus metrics are served (off when absent).\n\
          # metrics_addr = \"127.0.0.1:9363\"\n\
          # Threads running background merges.\n\
@@ -141,7 +155,11 @@ pub fn example() -> String {
          \n\
          # Macros of replicated tables' paths ({{shard}}, ...); --macro KEY=VALUE adds or overrides.\n\
          [macros]\n\
-         # shard = \"01\"\n"
+         # shard = \"01\"\n\
+         \n\
+         {tls}",
+        identity = coordinator_client::access::EXAMPLE_IDENTITY,
+        tls = coordinator_client::access::EXAMPLE_TLS,
     )
 }
 

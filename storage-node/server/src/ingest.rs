@@ -672,7 +672,8 @@ mod tests {
             let dir = tempfile::tempdir().expect("tempdir");
             let catalog = catalog_with_prepared(dir.path(), context);
             // The coordinator is never asked: the record is refused before (no server runs there).
-            let coordinator = Arc::new(Coordinator::new("127.0.0.1:1".into(), Duration::from_secs(1)));
+            let coordinator =
+                Arc::new(Coordinator::new("127.0.0.1:1".into(), Duration::from_secs(1), Default::default()));
             recover(catalog.clone(), Some(coordinator)).await.expect("the node opens");
             assert_eq!(catalog.table("t").expect("table").prepared_inserts().expect("list").len(), 1, "{context}");
         }

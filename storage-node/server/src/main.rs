@@ -33,7 +33,7 @@ enum Command {
     /// Run SQL statements against a local data directory, like clickhouse-local.
     Local(LocalArgs),
     /// Serve the gRPC insert service (schemas/ingest.proto) over a data directory.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run SQL statements on a serving storage node and print the last one's output.
     Client(ClientArgs),
     /// Print a `serve --config` file with every setting and its default.
@@ -74,6 +74,12 @@ struct ServeArgs {
     /// The coordinator session timeout in milliseconds [default: 10000].
     #[arg(long)]
     session_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    coordinator_tls: coordinator_client::TlsSettings,
+    /// USER:PASSWORD to authenticate to the coordinator with (a digest identity); the nodes
+    /// this node creates are then readable and writable by it alone.
+    #[arg(long, env = "MERGESTREAM_COORDINATOR_IDENTITY")]
+    coordinator_identity: Option<String>,
     /// Where Prometheus metrics are served.
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
@@ -103,6 +109,8 @@ impl ServeArgs {
             grpc_addr: self.grpc_addr,
             coordinator: self.coordinator,
             session_timeout_ms: self.session_timeout_ms,
+            coordinator_tls: self.coordinator_tls,
+            coordinator_identity: self.coordinator_identity,
             metrics_addr: self.metrics_addr,
             merge_threads: self.merge_threads,
             replica: self.replica,
@@ -153,7 +161,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Local(args) => run_local(args),
-        Command::Serve(args) => run_serve(args),
+        Command::Serve(args) => run_serve(*args),
         Command::Client(args) => run_client(args),
         Command::ConfigExample => {
             print!("{}", config::example());
@@ -259,7 +267,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     let coordinator = args.coordinator.map(|hosts| {
-        Arc::new(ingest::Coordinator::new(hosts, std::time::Duration::from_millis(args.session_timeout_ms)))
+        let timeout = std::time::Duration::from_millis(args.session_timeout_ms);
+        Arc::new(ingest::Coordinator::new(hosts, timeout, args.coordinator_access.clone()))
     });
     let interserver_addr = args.interserver_addr.clone();
     // With a coordinator, replicated tables commit through it, and inserts' extra ops (the
