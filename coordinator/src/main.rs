@@ -83,7 +83,7 @@ struct ServeArgs {
     /// The superuser as USER:HASH, the hash the base64 of the SHA-1 of `user:password`
     /// (ZooKeeper's zookeeper.DigestAuthenticationProvider.superDigest): a client that adds
     /// that digest passes every ACL.
-    #[arg(long, env = "MERGESTREAM_SUPER_DIGEST")]
+    #[arg(long, env = "MERGESTREAM_SUPER_DIGEST", hide_env_values = true)]
     super_digest: Option<String>,
 }
 

@@ -92,7 +92,7 @@ struct RunArgs {
     coordinator_tls: coordinator_client::TlsSettings,
     /// USER:PASSWORD to authenticate to the coordinator with (a digest identity); the nodes
     /// this ingestor creates are then readable and writable by it alone.
-    #[arg(long, env = "MERGESTREAM_COORDINATOR_IDENTITY")]
+    #[arg(long, env = "MERGESTREAM_COORDINATOR_IDENTITY", hide_env_values = true)]
     coordinator_identity: Option<String>,
     /// Where Prometheus metrics are served.
     #[arg(long)]

@@ -16,13 +16,21 @@ pub struct KeeperTls {
     pub client: Option<(PathBuf, PathBuf)>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct KeeperAccess {
     pub tls: Option<KeeperTls>,
     /// `user:password`, added as a `digest` identity on every connection; the nodes this
     /// process creates are then readable and writable by that identity alone (the `auth`
     /// ACL), as ClickHouse creates them when it has an identity.
     pub identity: Option<String>,
+}
+
+/// Shows the identity's user only: a settings struct printed in a log must not carry the password.
+impl std::fmt::Debug for KeeperAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let user = self.identity.as_deref().map(|identity| identity.split_once(':').map_or(identity, |(user, _)| user));
+        f.debug_struct("KeeperAccess").field("tls", &self.tls).field("identity_user", &user).finish()
+    }
 }
 
 /// The coordinator TLS settings as the storage node and the ingestor take them: the flags
@@ -141,5 +149,7 @@ mod tests {
         assert!(KeeperAccess::resolve(no_ca, None).expect_err("no ca").contains("coordinator-tls-ca"));
         let error = KeeperAccess::resolve(TlsSettings::default(), Some("nopassword".into())).expect_err("bad");
         assert!(error.contains("USER:PASSWORD"), "{error}");
+        let shown = format!("{:?}", KeeperAccess { tls: None, identity: Some("ann:s3cret".into()) });
+        assert!(shown.contains("ann") && !shown.contains("s3cret"), "{shown}");
     }
 }

@@ -78,7 +78,7 @@ struct ServeArgs {
     coordinator_tls: coordinator_client::TlsSettings,
     /// USER:PASSWORD to authenticate to the coordinator with (a digest identity); the nodes
     /// this node creates are then readable and writable by it alone.
-    #[arg(long, env = "MERGESTREAM_COORDINATOR_IDENTITY")]
+    #[arg(long, env = "MERGESTREAM_COORDINATOR_IDENTITY", hide_env_values = true)]
     coordinator_identity: Option<String>,
     /// Where Prometheus metrics are served.
     #[arg(long)]
