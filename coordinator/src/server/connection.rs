@@ -205,12 +205,7 @@ async fn establish(
         return Ok(Some(read_only_session(node, connect, frames, closed, peer)));
     }
     let (session_id, timeout_ms, password) = if connect.session_id == 0 {
-        let timeout_ms = connect.timeout_ms.clamp(cfg.min_session_timeout_ms(), cfg.max_session_timeout_ms());
-        let mut password = vec![0u8; 16];
-        rand::thread_rng().fill_bytes(&mut password);
-        // The node id in the top byte, as ZooKeeper does, keeps ids from two nodes apart.
-        let session_id =
-            ((cfg.node_id as i64 & 0x7f) << 56) | (rand::thread_rng().next_u64() as i64 & 0x00ff_ffff_ffff_ffff);
+        let (session_id, timeout_ms, password) = new_session(cfg, connect);
         let command = Command::CreateSession { session_id, timeout_ms, password: password.clone() };
         let committed = node.write(command).await.map_err(|e| ConnectionError::SessionCreate(e.to_string()))?;
         node.state.wait_applied(committed.index).await;
@@ -234,15 +229,7 @@ async fn establish(
             _ => return Ok(None),
         }
     };
-    let session = Session {
-        id: session_id,
-        timeout: Duration::from_millis(timeout_ms as u64),
-        connection_id: node.next_connection_id(),
-        frames: frames.clone(),
-        closed,
-        auth: std::sync::Mutex::new(vec![AuthId::ip(peer.ip())]),
-        read_only: false,
-    };
+    let session = Session::new(node, session_id, timeout_ms, frames, closed, peer, false);
     {
         let mut inner = node.state.lock();
         if inner.tree.session(session_id).is_none() {
@@ -263,11 +250,22 @@ async fn establish(
     Ok(Some(session))
 }
 
+/// A new session's id, negotiated timeout and password.
+fn new_session(cfg: &crate::node::NodeConfig, connect: &ConnectRequest) -> (i64, i32, Vec<u8>) {
+    let timeout_ms = connect.timeout_ms.clamp(cfg.min_session_timeout_ms(), cfg.max_session_timeout_ms());
+    let mut password = vec![0u8; 16];
+    rand::thread_rng().fill_bytes(&mut password);
+    // The node id in the top byte, as ZooKeeper does, keeps ids from two nodes apart.
+    let session_id =
+        ((cfg.node_id as i64 & 0x7f) << 56) | (rand::thread_rng().next_u64() as i64 & 0x00ff_ffff_ffff_ffff);
+    (session_id, timeout_ms, password)
+}
+
 /// A session for a client that accepts a read-only server (`canBeReadOnly`), on a node that
-/// knows no leader, as ZooKeeper's ReadOnlyZooKeeperServer gives one: it lives on this node
-/// alone (nothing can be committed to create it), reads what this node last applied, and every
-/// write is answered NOTREADONLY. Its connection ends once a leader is known again, and the
-/// client moves to a read-write session.
+/// cannot reach a quorum, as ZooKeeper's ReadOnlyZooKeeperServer gives one: it lives on this
+/// node alone (nothing can be committed to create it), reads what this node last applied, and
+/// every write is answered NOTREADONLY. Its connection ends once the node reaches a quorum
+/// again, and the client moves to a read-write session.
 fn read_only_session(
     node: &Coordinator,
     connect: &ConnectRequest,
@@ -275,31 +273,39 @@ fn read_only_session(
     closed: Arc<Notify>,
     peer: SocketAddr,
 ) -> Session {
-    let cfg = &node.config;
-    let timeout_ms = connect.timeout_ms.clamp(cfg.min_session_timeout_ms(), cfg.max_session_timeout_ms());
-    let mut password = vec![0u8; 16];
-    rand::thread_rng().fill_bytes(&mut password);
-    let session_id =
-        ((cfg.node_id as i64 & 0x7f) << 56) | (rand::thread_rng().next_u64() as i64 & 0x00ff_ffff_ffff_ffff);
-    let session = Session {
-        id: session_id,
-        timeout: Duration::from_millis(timeout_ms as u64),
-        connection_id: node.next_connection_id(),
-        frames: frames.clone(),
-        closed,
-        auth: std::sync::Mutex::new(vec![AuthId::ip(peer.ip())]),
-        read_only: true,
-    };
+    let (session_id, timeout_ms, password) = new_session(&node.config, connect);
+    let session = Session::new(node, session_id, timeout_ms, frames, closed, peer, true);
     let outbox =
         Outbox { connection_id: session.connection_id, frames: frames.clone(), closed: session.closed.clone() };
     node.state.lock().outboxes.insert(session_id, outbox);
     frames.send(encode_connect_response(timeout_ms, session_id, &password, Some(true)));
     metrics::counter!(crate::metrics::SESSIONS_CREATED).increment(1);
-    tracing::info!(session = format_args!("0x{session_id:x}"), "read-only session: no leader is known");
+    tracing::info!(session = format_args!("0x{session_id:x}"), "read-only session: no quorum is reachable");
     session
 }
 
 impl Session {
+    /// The session on this connection; its identities start with the client's address.
+    fn new(
+        node: &Coordinator,
+        id: i64,
+        timeout_ms: i32,
+        frames: &FrameSender,
+        closed: Arc<Notify>,
+        peer: SocketAddr,
+        read_only: bool,
+    ) -> Session {
+        Session {
+            id,
+            timeout: Duration::from_millis(timeout_ms as u64),
+            connection_id: node.next_connection_id(),
+            frames: frames.clone(),
+            closed,
+            auth: std::sync::Mutex::new(vec![AuthId::ip(peer.ip())]),
+            read_only,
+        }
+    }
+
     fn detach(&self, node: &Coordinator) {
         let mut inner = node.state.lock();
         if inner.outboxes.get(&self.id).is_some_and(|o| o.connection_id == self.connection_id) {

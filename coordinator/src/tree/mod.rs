@@ -423,20 +423,7 @@ impl DataTree {
                 let node = self.nodes.get_mut(p).ok_or(ErrorCode::NoNode)?;
                 allowed(&node.acl, auth, perms::WRITE)?;
                 check_version(node.version, *version)?;
-                let previous = std::mem::replace(&mut node.data, data.clone());
-                if let Some(u) = undo {
-                    u.push(Undo::RestoreData {
-                        path: p.clone(),
-                        data: previous,
-                        mzxid: node.mzxid,
-                        mtime: node.mtime,
-                        version: node.version,
-                    });
-                }
-                node.mzxid = zxid;
-                node.mtime = time_ms;
-                node.version = node.version.wrapping_add(1);
-                let stat = node.stat();
+                let stat = set_data(node, p, data.clone(), zxid, time_ms, undo);
                 changes.push(Change::DataChanged(p.clone()));
                 Ok(OpResult::SetData { stat })
             }
@@ -460,21 +447,9 @@ impl DataTree {
             TreeOp::SetConfig { members } => {
                 let node = self.nodes.get_mut(CONFIG_NODE).ok_or(ErrorCode::NoNode)?;
                 let data = format!("{members}version={zxid:x}").into_bytes();
-                let previous = node.data.replace(data);
-                if let Some(u) = undo {
-                    u.push(Undo::RestoreData {
-                        path: CONFIG_NODE.to_string(),
-                        data: previous,
-                        mzxid: node.mzxid,
-                        mtime: node.mtime,
-                        version: node.version,
-                    });
-                }
-                node.mzxid = zxid;
-                node.mtime = time_ms;
-                node.version = node.version.wrapping_add(1);
+                let stat = set_data(node, CONFIG_NODE, Some(data), zxid, time_ms, undo);
                 changes.push(Change::DataChanged(CONFIG_NODE.to_string()));
-                Ok(OpResult::SetData { stat: node.stat() })
+                Ok(OpResult::SetData { stat })
             }
             TreeOp::Check { path: p, version } => {
                 path::validate(p, false)?;
@@ -538,6 +513,32 @@ fn java_hash_set_order(paths: Vec<String>, created_at: impl Fn(&String) -> i64) 
 }
 
 /// Version -1 matches any version.
+/// Gives `node` (at `path`) new data written at `zxid`, and records what a failed multi must put
+/// back; the node's new stat.
+fn set_data(
+    node: &mut Znode,
+    path: &str,
+    data: Option<Vec<u8>>,
+    zxid: i64,
+    time_ms: i64,
+    undo: Option<&mut Vec<Undo>>,
+) -> Stat {
+    let previous = std::mem::replace(&mut node.data, data);
+    if let Some(u) = undo {
+        u.push(Undo::RestoreData {
+            path: path.to_string(),
+            data: previous,
+            mzxid: node.mzxid,
+            mtime: node.mtime,
+            version: node.version,
+        });
+    }
+    node.mzxid = zxid;
+    node.mtime = time_ms;
+    node.version = node.version.wrapping_add(1);
+    node.stat()
+}
+
 fn check_version(current: i32, expected: i32) -> Result<(), ErrorCode> {
     if expected == -1 || expected == current {
         Ok(())
