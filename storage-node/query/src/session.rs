@@ -2,14 +2,18 @@
 //! DataFusion.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::compute::{cast, concat_batches};
-use arrow::datatypes::{DataType as ArrowType, Field, Schema};
-use datafusion::execution::FunctionRegistry;
+use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef};
+use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::execution::{FunctionRegistry, SendableRecordBatchStream};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::TryStreamExt;
 use mergestream_engine::catalog::DATABASE;
 use mergestream_engine::commit::{Quorum, QuorumSize};
 use mergestream_engine::progress::ReadProgress;
@@ -18,13 +22,13 @@ use mergestream_engine::table::insert::InsertSummary;
 use mergestream_engine::{Catalog, EngineError, InsertOptions, OptimizeRequest, Table};
 
 use crate::error::{QueryError, Result};
-use crate::exec::catalog::{EngineCatalog, NumbersFunction, PlanSettings};
+use crate::exec::catalog::{EngineCatalog, NumbersFunction, StatementScope};
 use crate::exec::empty_aggregates::clickhouse_empty_results;
 use crate::format::{write_result, OutputFormat};
 use crate::input::{self, build_block, insert_columns};
 use crate::sql::lexer::{line_col, tokenize, Token};
 use crate::sql::limits::QueryLimits;
-use crate::sql::rewrite::rewrite_select;
+use crate::sql::rewrite::{rewrite_select, TableScan};
 use crate::sql::statement::{parse_statement, Insert, InsertSource, PartitionSpec, ReplicationSwitch, Statement};
 
 const CATALOG_NAME: &str = "mergestream";
@@ -75,21 +79,38 @@ pub struct StatementError {
 
 pub struct Session {
     catalog: Arc<Catalog>,
-    ctx: SessionContext,
-    insert_ctx: SessionContext,
-    plan_settings: Arc<Mutex<PlanSettings>>,
+    /// The functions, operators and options every statement plans with. Each statement plans
+    /// in a copy of it with a catalog of its own (see [`Session::context`]).
+    state: SessionState,
+    /// The same on one partition: the rows of INSERT … SELECT go in in the order the SELECT
+    /// yields them, which decides the engines' ties (the last row wins).
+    insert_state: SessionState,
     settings: BTreeMap<String, String>,
     format: OutputFormat,
     /// What the running statement has read (reset as each statement starts).
     progress: Arc<ReadProgress>,
 }
 
+/// What a statement gives back.
+pub enum Outcome {
+    /// Rows (SELECT, SHOW TABLES, DESCRIBE), produced as the stream is read.
+    Rows(Rows),
+    /// A statement that changed something or nothing; how many rows it wrote, where it wrote
+    /// rows (INSERT).
+    Done { rows_written: Option<u64> },
+}
+
+pub struct Rows {
+    pub schema: SchemaRef,
+    pub stream: SendableRecordBatchStream,
+    /// The statement's own `FORMAT`, if it has one.
+    pub format: Option<OutputFormat>,
+}
+
 impl Session {
     pub fn new(catalog: Arc<Catalog>, format: OutputFormat) -> Session {
         let progress = Arc::new(ReadProgress::default());
-        let plan_settings =
-            Arc::new(Mutex::new(PlanSettings { progress: Some(progress.clone()), ..PlanSettings::default() }));
-        let context = |partitions| {
+        let state = |partitions| {
             let mut config = SessionConfig::new()
                 .with_default_catalog_and_schema(CATALOG_NAME, mergestream_engine::catalog::DATABASE)
                 .with_create_default_catalog_and_schema(false)
@@ -106,10 +127,6 @@ impl Session {
                 config.options_mut().sql_parser.recursion_limit = limit;
             }
             let mut ctx = SessionContext::new_with_config(config);
-            ctx.register_catalog(
-                CATALOG_NAME,
-                Arc::new(EngineCatalog { catalog: catalog.clone(), settings: plan_settings.clone() }),
-            );
             ctx.register_udtf("numbers", Arc::new(NumbersFunction { progress: Some(progress.clone()) }));
             crate::exec::aggregate_states::register(&ctx);
             crate::exec::byte_extremes::register(&ctx);
@@ -117,19 +134,31 @@ impl Session {
             if let Err(e) = ctx.register_expr_planner(Arc::new(crate::exec::operators::ClickHouseOperators)) {
                 tracing::warn!(error = %e, "cannot register ClickHouse operators");
             }
-            ctx
+            ctx.state()
         };
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Session {
-            ctx: context(threads),
-            // The rows of INSERT … SELECT go in in the order the SELECT yields them, which
-            // decides the engines' ties (the last row wins); one partition keeps that order.
-            insert_ctx: context(1),
-            catalog,
-            plan_settings,
-            settings: BTreeMap::new(),
-            format,
-            progress,
+        Session { state: state(threads), insert_state: state(1), catalog, settings: BTreeMap::new(), format, progress }
+    }
+
+    /// A context to plan one statement in: its tables resolve with `scope` alone.
+    fn context(&self, base: &SessionState, scope: StatementScope) -> SessionContext {
+        let catalogs = MemoryCatalogProviderList::new();
+        catalogs.register_catalog(
+            CATALOG_NAME.to_string(),
+            Arc::new(EngineCatalog { catalog: self.catalog.clone(), scope: Arc::new(scope) }),
+        );
+        let state = SessionStateBuilder::new_from_existing(base.clone()).with_catalog_list(Arc::new(catalogs)).build();
+        SessionContext::new_with_state(state)
+    }
+
+    /// The scope of a statement with these `SETTINGS` and scans.
+    fn scope(&self, overrides: &[(String, String)], scans: Vec<TableScan>) -> StatementScope {
+        let enabled = |name| self.setting(overrides, name).is_some_and(|v| v == "1" || v == "true");
+        StatementScope {
+            final_within_partitions: enabled("do_not_merge_across_partitions_select_final"),
+            sequential_consistency: enabled("select_sequential_consistency"),
+            progress: Some(self.progress.clone()),
+            scans,
         }
     }
 
@@ -172,8 +201,20 @@ impl Session {
         Ok(())
     }
 
-    /// Runs one statement, `script[start..end]`; returns what it prints.
+    /// Runs one statement, `script[start..end]`; returns what it prints in the session's
+    /// format (or the statement's own).
     pub async fn execute(&mut self, script: &str, start: usize, end: usize) -> Result<String> {
+        let mut out = String::new();
+        if let Outcome::Rows(rows) = self.plan(script, start, end).await? {
+            let batches: Vec<RecordBatch> = rows.stream.try_collect().await?;
+            write_result(rows.format.unwrap_or(self.format), &rows.schema, &batches, &mut out);
+        }
+        Ok(out)
+    }
+
+    /// Runs one statement, `script[start..end]`, up to its rows: a statement that returns rows
+    /// is planned and its stream started, and the rows are made as the stream is read.
+    pub async fn plan(&mut self, script: &str, start: usize, end: usize) -> Result<Outcome> {
         self.progress.reset();
         let mut tokens: Vec<Token> = tokenize(&script[start..end])?;
         for t in &mut tokens {
@@ -188,7 +229,7 @@ impl Session {
         }
         crate::sql::limits::check_statement(script, start, end, &tokens, &QueryLimits::default())?;
         let statement = parse_statement(script, &tokens, end)?;
-        let mut out = String::new();
+        let mut rows_written = None;
         match statement {
             Statement::CreateTable { def, if_not_exists } => {
                 self.catalog.create_table_async(*def, if_not_exists).await?;
@@ -198,7 +239,7 @@ impl Session {
                 let names: Vec<String> = self.catalog.tables().iter().map(|t| t.name().to_string()).collect();
                 let schema = Arc::new(Schema::new(vec![Field::new("name", ArrowType::Utf8, false)]));
                 let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(names)) as ArrayRef])?;
-                write_result(self.format, &schema, &[batch], &mut out);
+                return Ok(Outcome::Rows(Rows::of(batch)));
             }
             Statement::Describe { table } => {
                 let table = self.catalog.table(&table)?;
@@ -233,10 +274,10 @@ impl Session {
                     arrays.push(Arc::new(StringArray::from(vec![""; columns.len()])));
                 }
                 let batch = RecordBatch::try_new(schema.clone(), arrays)?;
-                write_result(self.format, &schema, &[batch], &mut out);
+                return Ok(Outcome::Rows(Rows::of(batch)));
             }
-            Statement::Insert(insert) => self.insert(script, insert).await?,
-            Statement::Select { start, end } => self.select(script, start, end, &mut out).await?,
+            Statement::Insert(insert) => rows_written = Some(self.insert(script, insert).await?),
+            Statement::Select { start, end } => return Ok(Outcome::Rows(self.select(script, start, end).await?)),
             Statement::Optimize { table, partition, final_merge, cleanup, settings } => {
                 for (name, _) in &settings {
                     check_setting(name)?;
@@ -299,7 +340,7 @@ impl Session {
                 }
             }
         }
-        Ok(out)
+        Ok(Outcome::Done { rows_written })
     }
 
     fn column_names(&self, table: &str) -> Option<Vec<String>> {
@@ -392,39 +433,19 @@ impl Session {
             .or_else(|| self.settings.get(name).cloned())
     }
 
-    async fn select(&mut self, script: &str, start: usize, end: usize, out: &mut String) -> Result<()> {
+    async fn select(&mut self, script: &str, start: usize, end: usize) -> Result<Rows> {
         let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
         for (name, _) in &rewritten.settings {
             check_setting(name)?;
         }
-        let within = self
-            .setting(&rewritten.settings, "do_not_merge_across_partitions_select_final")
-            .is_some_and(|v| v == "1" || v == "true");
-        let consistent =
-            self.setting(&rewritten.settings, "select_sequential_consistency").is_some_and(|v| v == "1" || v == "true");
-        if let Ok(mut settings) = self.plan_settings.lock() {
-            settings.final_within_partitions = within;
-            settings.sequential_consistency = consistent;
-        }
-        let batches = self.query(&self.ctx, &rewritten.sql).await?;
-        let format = match &rewritten.format {
-            Some(name) => OutputFormat::parse(name)?,
-            None => self.format,
-        };
-        let schema = batches.0;
-        write_result(format, &schema, &batches.1, out);
-        Ok(())
+        let format = rewritten.format.as_deref().map(OutputFormat::parse).transpose()?;
+        let ctx = self.context(&self.state, self.scope(&rewritten.settings, rewritten.scans));
+        let (schema, stream) = query(&ctx, &rewritten.sql).await?;
+        Ok(Rows { schema, stream, format })
     }
 
-    async fn query(&self, ctx: &SessionContext, sql: &str) -> Result<(arrow::datatypes::SchemaRef, Vec<RecordBatch>)> {
-        let plan = ctx.sql(sql).await?.into_unoptimized_plan();
-        let frame = ctx.execute_logical_plan(clickhouse_empty_results(plan)?).await?;
-        let schema = Arc::new(frame.schema().as_arrow().clone());
-        let batches = frame.collect().await?;
-        Ok((schema, batches))
-    }
-
-    async fn insert(&mut self, script: &str, insert: Insert) -> Result<()> {
+    /// Runs an INSERT; returns how many rows it wrote.
+    async fn insert(&mut self, script: &str, insert: Insert) -> Result<u64> {
         let table = self.catalog.table(&insert.table)?;
         for (name, _) in &insert.settings {
             check_setting(name)?;
@@ -451,16 +472,37 @@ impl Session {
             }
             InsertSource::Select { start, end } => {
                 let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
-                let (_, batches) = self.query(&self.insert_ctx, &rewritten.sql).await?;
-                select_blocks(&table, &columns, batches)?
+                let settings = [insert.settings.as_slice(), &rewritten.settings].concat();
+                let ctx = self.context(&self.insert_state, self.scope(&settings, rewritten.scans));
+                let (_, stream) = query(&ctx, &rewritten.sql).await?;
+                select_blocks(&table, &columns, stream.try_collect().await?)?
             }
         };
+        let mut rows = 0;
         for block in blocks {
+            rows += block.num_rows() as u64;
             let _summary: InsertSummary = table.insert_async(block, options.clone()).await?;
         }
         self.catalog.schedule_merges(&table);
-        Ok(())
+        Ok(rows)
     }
+}
+
+impl Rows {
+    /// Rows that are all made already.
+    fn of(batch: RecordBatch) -> Rows {
+        let schema = batch.schema();
+        let stream = RecordBatchStreamAdapter::new(schema.clone(), futures::stream::iter([Ok(batch)]));
+        Rows { schema, stream: Box::pin(stream), format: None }
+    }
+}
+
+/// Plans a SELECT and starts it: its schema, and its rows as they come.
+async fn query(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, SendableRecordBatchStream)> {
+    let plan = ctx.sql(sql).await?.into_unoptimized_plan();
+    let frame = ctx.execute_logical_plan(clickhouse_empty_results(plan)?).await?;
+    let schema = Arc::new(frame.schema().as_arrow().clone());
+    Ok((schema, frame.execute_stream().await?))
 }
 
 fn check_setting(name: &str) -> Result<()> {
@@ -550,5 +592,65 @@ fn preview(text: &str) -> String {
         format!("{}…", flat.chars().take(80).collect::<String>())
     } else {
         flat
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    async fn run(session: &mut Session, sql: &str) -> String {
+        let mut out = String::new();
+        session.run_script(sql, |_, text, _| out.push_str(text)).await.expect(sql);
+        out
+    }
+
+    fn session(dir: &std::path::Path) -> Session {
+        Session::new(Arc::new(Catalog::open(dir, 0).expect("catalog")), OutputFormat::Tsv)
+    }
+
+    #[tokio::test]
+    async fn one_statement_reads_a_table_plainly_and_with_final() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = session(dir.path());
+        run(&mut s, "CREATE TABLE t (k UInt64, v UInt64) ENGINE = ReplacingMergeTree ORDER BY k").await;
+        run(&mut s, "SYSTEM STOP MERGES t; INSERT INTO t VALUES (1, 1); INSERT INTO t VALUES (1, 2)").await;
+        let both = "SELECT 'plain', count() FROM t UNION ALL SELECT 'final', count() FROM t FINAL ORDER BY 1";
+        assert_eq!(run(&mut s, both).await, "final\t1\nplain\t2\n");
+        // A table named like a FINAL scan is an ordinary table: only the statement's own FINAL
+        // makes a scan of that name.
+        run(&mut s, "CREATE TABLE `t FINAL` (k UInt64) ENGINE = MergeTree ORDER BY k").await;
+        assert_eq!(run(&mut s, "SELECT count() FROM `t FINAL`").await, "0\n");
+    }
+
+    #[tokio::test]
+    async fn a_query_streams_its_rows_as_they_are_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = session(dir.path());
+        let sql = "SELECT number FROM numbers(1000000000000)";
+        let Outcome::Rows(rows) = s.plan(sql, 0, sql.len()).await.expect("plan") else { panic!("no rows") };
+        assert_eq!(rows.schema.field(0).name(), "number");
+        // A trillion rows are not made before the first ones are read.
+        let first: Vec<RecordBatch> = rows.stream.take(2).try_collect().await.expect("read");
+        assert_eq!(first.iter().map(|b| b.num_rows()).sum::<usize>(), 2 * 65_536);
+    }
+
+    #[tokio::test]
+    async fn an_insert_says_how_many_rows_it_wrote() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = session(dir.path());
+        run(&mut s, "CREATE TABLE t (k UInt64) ENGINE = MergeTree ORDER BY k").await;
+        for (sql, rows) in [
+            ("INSERT INTO t VALUES (1), (2), (3)", Some(3)),
+            ("INSERT INTO t SELECT number FROM numbers(10)", Some(10)),
+            ("OPTIMIZE TABLE t FINAL", None),
+        ] {
+            match s.plan(sql, 0, sql.len()).await.expect(sql) {
+                Outcome::Done { rows_written } => assert_eq!(rows_written, rows, "{sql}"),
+                Outcome::Rows(_) => panic!("{sql} returned rows"),
+            }
+        }
     }
 }

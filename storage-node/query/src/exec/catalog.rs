@@ -1,8 +1,11 @@
-//! The engine's catalog as DataFusion sees it: schema `default` with the tables (and their
-//! FINAL and `_part` variants), schema `system` ([`super::system`]), and the `numbers` table
-//! function.
+//! The engine's catalog as one statement's plan sees it: schema `default` with the tables
+//! (and the FINAL and `_part` scans of them the statement names), schema `system`
+//! ([`super::system`]), and the `numbers` table function.
+//!
+//! A catalog is made for each statement, with that statement's settings: two sessions
+//! planning at once, or two statements of one session, never see each other's.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef};
@@ -20,21 +23,24 @@ use mergestream_engine::progress::ReadProgress;
 use mergestream_engine::Catalog;
 
 use super::provider::{EngineTableProvider, ScanMode};
-use crate::sql::rewrite::{FINAL_PREFIX, FINAL_VIRTUAL_PREFIX, VIRTUAL_PREFIX};
+use crate::sql::rewrite::TableScan;
 
-/// Settings of the query being planned that change how tables resolve.
+/// What one statement's plan resolves its tables with.
 #[derive(Debug, Default, Clone)]
-pub struct PlanSettings {
+pub struct StatementScope {
+    /// `do_not_merge_across_partitions_select_final`.
     pub final_within_partitions: bool,
     /// `select_sequential_consistency`: replicated tables show only what reached its quorum.
     pub sequential_consistency: bool,
-    /// Where the session's scans count what they read.
-    pub progress: Option<Arc<mergestream_engine::progress::ReadProgress>>,
+    /// Where the statement's scans count what they read.
+    pub progress: Option<Arc<ReadProgress>>,
+    /// The FINAL and `_part` scans the statement's SQL names.
+    pub scans: Vec<TableScan>,
 }
 
 pub struct EngineCatalog {
     pub catalog: Arc<Catalog>,
-    pub settings: Arc<Mutex<PlanSettings>>,
+    pub scope: Arc<StatementScope>,
 }
 
 impl std::fmt::Debug for EngineCatalog {
@@ -50,7 +56,7 @@ impl CatalogProvider for EngineCatalog {
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         match name {
-            DATABASE => Some(Arc::new(TablesSchema { catalog: self.catalog.clone(), settings: self.settings.clone() })),
+            DATABASE => Some(Arc::new(TablesSchema { catalog: self.catalog.clone(), scope: self.scope.clone() })),
             "system" => Some(Arc::new(super::system::SystemSchema { catalog: self.catalog.clone() })),
             _ => None,
         }
@@ -59,7 +65,7 @@ impl CatalogProvider for EngineCatalog {
 
 struct TablesSchema {
     catalog: Arc<Catalog>,
-    settings: Arc<Mutex<PlanSettings>>,
+    scope: Arc<StatementScope>,
 }
 
 impl std::fmt::Debug for TablesSchema {
@@ -75,32 +81,32 @@ impl SchemaProvider for TablesSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let (within, consistent, progress) = self
-            .settings
-            .lock()
-            .map(|s| (s.final_within_partitions, s.sequential_consistency, s.progress.clone()))
-            .unwrap_or((false, false, None));
-        let (base, mode) = if let Some(base) = name.strip_prefix(FINAL_VIRTUAL_PREFIX) {
-            (base, ScanMode::Final { within_partitions: within, with_part_column: true })
-        } else if let Some(base) = name.strip_prefix(FINAL_PREFIX) {
-            (base, ScanMode::Final { within_partitions: within, with_part_column: false })
-        } else if let Some(base) = name.strip_prefix(VIRTUAL_PREFIX) {
-            (base, ScanMode::WithPartColumn)
-        } else {
-            (name, ScanMode::Plain)
+        let scope = &self.scope;
+        let (base, mode) = match scope.scans.iter().find(|s| s.name == name) {
+            Some(scan) if scan.final_merge => (
+                scan.table.as_str(),
+                ScanMode::Final {
+                    within_partitions: scope.final_within_partitions,
+                    with_part_column: scan.part_column,
+                },
+            ),
+            Some(scan) => (scan.table.as_str(), ScanMode::WithPartColumn),
+            None => (name, ScanMode::Plain),
         };
         let Ok(table) = self.catalog.table(base) else { return Ok(None) };
-        let visible = match self.catalog.replica(base).filter(|_| consistent) {
+        let visible = match self.catalog.replica(base).filter(|_| scope.sequential_consistency) {
             Some(replica) => {
                 Some(replica.visible_blocks(&table).await.map_err(|e| DataFusionError::External(e.into()))?)
             }
             None => None,
         };
-        Ok(Some(Arc::new(EngineTableProvider::new(table, mode).with_visible_blocks(visible).with_progress(progress))))
+        Ok(Some(Arc::new(
+            EngineTableProvider::new(table, mode).with_visible_blocks(visible).with_progress(scope.progress.clone()),
+        )))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.catalog.table(name).is_ok()
+        self.scope.scans.iter().any(|s| s.name == name) || self.catalog.table(name).is_ok()
     }
 }
 

@@ -8,16 +8,36 @@
 use super::lexer::{tokenize, Token, TokenKind};
 use crate::error::{QueryError, Result};
 
-/// Table name prefixes the schema provider resolves to the FINAL and `_part` providers.
-pub const FINAL_PREFIX: &str = "__final__";
-pub const VIRTUAL_PREFIX: &str = "__virtual__";
-pub const FINAL_VIRTUAL_PREFIX: &str = "__final_virtual__";
-
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RewrittenSelect {
     pub sql: String,
     pub format: Option<String>,
     pub settings: Vec<(String, String)>,
+    /// The table references that read a table other than plainly (FINAL, or with `_part`):
+    /// the SQL names each by [`TableScan::name`], which only this statement's plan resolves.
+    pub scans: Vec<TableScan>,
+}
+
+/// How one table reference of a statement reads its table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableScan {
+    /// The name the rewritten SQL uses for it: the table's name with the clause, as EXPLAIN
+    /// then shows it (`t FINAL`).
+    pub name: String,
+    pub table: String,
+    pub final_merge: bool,
+    pub part_column: bool,
+}
+
+impl TableScan {
+    fn new(table: String, final_merge: bool, part_column: bool) -> TableScan {
+        let name = match (final_merge, part_column) {
+            (true, true) => format!("{table} FINAL _part"),
+            (true, false) => format!("{table} FINAL"),
+            _ => format!("{table} _part"),
+        };
+        TableScan { name, table, final_merge, part_column }
+    }
 }
 
 /// Words after which `(` opens a subquery or list rather than a function call.
@@ -60,7 +80,7 @@ pub fn rewrite_select(source: &str, start: usize, end: usize, columns: ColumnLoo
     } else {
         None
     };
-    let tokens = balance_logical_chains(rewrite_table_refs(tokens, uses_part));
+    let tokens = balance_logical_chains(rewrite_table_refs(tokens, uses_part, &mut result.scans));
     let mut out = String::new();
     emit_select(&tokens, &mut out, true, star_columns.as_deref()).map_err(|e| match e {
         QueryError::Syntax { message, .. } => QueryError::syntax(source, start, message),
@@ -225,9 +245,9 @@ fn take_trailing_clauses(tokens: &mut Vec<Token>, text: &str, result: &mut Rewri
     Ok(())
 }
 
-/// `FROM t [AS a] FINAL` → `FROM "__final__t" AS a`; with `_part` used, `FROM t` →
-/// `FROM "__virtual__t" AS t`.
-fn rewrite_table_refs(tokens: Vec<Token>, uses_part: bool) -> Vec<Token> {
+/// `FROM t [AS a] FINAL` → `FROM "t FINAL" AS a`; with `_part` used, `FROM t` →
+/// `FROM "t _part" AS t`. Each such reference is added to `scans`.
+fn rewrite_table_refs(tokens: Vec<Token>, uses_part: bool, scans: &mut Vec<TableScan>) -> Vec<Token> {
     let mut out = Vec::with_capacity(tokens.len());
     let mut i = 0;
     while i < tokens.len() {
@@ -260,12 +280,11 @@ fn rewrite_table_refs(tokens: Vec<Token>, uses_part: bool) -> Vec<Token> {
         if !is_final && !uses_part {
             continue;
         }
-        let prefix = match (is_final, uses_part) {
-            (true, true) => FINAL_VIRTUAL_PREFIX,
-            (true, false) => FINAL_PREFIX,
-            _ => VIRTUAL_PREFIX,
-        };
-        out.push(Token { kind: TokenKind::QuotedIdent, text: format!("{prefix}{name}"), ..name_token.clone() });
+        let scan = TableScan::new(name.clone(), is_final, uses_part);
+        out.push(Token { kind: TokenKind::QuotedIdent, text: scan.name.clone(), ..name_token.clone() });
+        if !scans.contains(&scan) {
+            scans.push(scan);
+        }
         out.push(Token { kind: TokenKind::Word, text: "AS".into(), ..name_token.clone() });
         out.push(Token { kind: TokenKind::QuotedIdent, text: alias.unwrap_or(name), ..name_token });
         i = if is_final { j + 1 } else { j };
@@ -579,9 +598,12 @@ mod tests {
     #[test]
     fn final_becomes_the_final_provider() {
         let r = rewrite("SELECT k FROM t FINAL WHERE k > 1");
-        assert_eq!(r.sql, "SELECT k FROM \"__final__t\" AS \"t\" WHERE k > 1");
-        let r = rewrite("SELECT x.k FROM t AS x FINAL");
-        assert_eq!(r.sql, "SELECT x.k FROM \"__final__t\" AS \"x\"");
+        assert_eq!(r.sql, "SELECT k FROM \"t FINAL\" AS \"t\" WHERE k > 1");
+        assert_eq!(r.scans, vec![TableScan::new("t".into(), true, false)]);
+        let r = rewrite("SELECT x.k FROM t AS x FINAL JOIN t AS y FINAL ON x.k = y.k");
+        assert_eq!(r.sql, "SELECT x.k FROM \"t FINAL\" AS \"x\" JOIN \"t FINAL\" AS \"y\" ON x.k = y.k");
+        assert_eq!(r.scans.len(), 1, "one scan per table and clause: {:?}", r.scans);
+        assert!(rewrite("SELECT k FROM t").scans.is_empty());
     }
 
     #[test]
@@ -602,12 +624,13 @@ mod tests {
         );
         assert_eq!(r.format.as_deref(), Some("JSONEachRow"));
         assert_eq!(r.settings, vec![("do_not_merge_across_partitions_select_final".to_string(), "1".to_string())]);
-        assert_eq!(r.sql, "SELECT k FROM \"__final__t\" AS \"t\"");
+        assert_eq!(r.sql, "SELECT k FROM \"t FINAL\" AS \"t\"");
     }
 
     #[test]
     fn part_column_selects_the_virtual_provider() {
         let r = rewrite("SELECT _part, k FROM t ORDER BY _part");
-        assert_eq!(r.sql, "SELECT _part, k FROM \"__virtual__t\" AS \"t\" ORDER BY _part");
+        assert_eq!(r.sql, "SELECT _part, k FROM \"t _part\" AS \"t\" ORDER BY _part");
+        assert_eq!(r.scans, vec![TableScan::new("t".into(), false, true)]);
     }
 }
