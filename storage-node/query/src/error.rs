@@ -42,12 +42,85 @@ impl From<DataFusionError> for QueryError {
                 Ok(engine) => QueryError::Engine(*engine),
                 Err(other) => QueryError::DataFusion(Box::new(DataFusionError::External(other))),
             },
-            other => QueryError::DataFusion(Box::new(other)),
+            other => match missing_table(&other) {
+                Some(table) => QueryError::Engine(EngineError::UnknownTable(table)),
+                None => QueryError::DataFusion(Box::new(other)),
+            },
         }
     }
 }
 
+/// The table of DataFusion's "table 'mergestream.default.t' not found" (as `default.t`): the
+/// planner's words for a table the catalog does not have, which ClickHouse calls UNKNOWN_TABLE.
+fn missing_table(error: &DataFusionError) -> Option<String> {
+    let DataFusionError::Plan(message) = error.find_root() else { return None };
+    let name = message.strip_prefix("table '")?.strip_suffix("' not found")?;
+    Some(name.split_once('.').map_or(name, |(_, rest)| rest).to_string())
+}
+
+/// What kind of failure an error is, for a protocol that tells them apart (gRPC's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The statement is wrong: syntax, a limit, a bad value, type or setting.
+    BadStatement,
+    NotFound,
+    AlreadyExists,
+    Unsupported,
+    /// Refused for now, to protect the server (too many parts, memory): retry later.
+    TryLater,
+    /// The coordinator could not be reached or did not answer; the statement may be retried.
+    Unavailable,
+    /// Not possible in the server's present state (no coordinator, a directory in the way,
+    /// a replicated table's precondition).
+    NotNow,
+    /// The server's own failure: I/O, a corrupt part, a failed task.
+    Internal,
+}
+
 impl QueryError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            QueryError::Syntax { .. }
+            | QueryError::Limit { .. }
+            | QueryError::BadValue { .. }
+            | QueryError::Invalid(_)
+            | QueryError::Arrow(_) => ErrorKind::BadStatement,
+            QueryError::Unsupported(_) => ErrorKind::Unsupported,
+            QueryError::DataFusion(e) => match e.find_root() {
+                DataFusionError::SQL(..)
+                | DataFusionError::Plan(_)
+                | DataFusionError::SchemaError(..)
+                | DataFusionError::NotImplemented(_) => ErrorKind::BadStatement,
+                DataFusionError::ResourcesExhausted(_) => ErrorKind::TryLater,
+                _ => ErrorKind::Internal,
+            },
+            QueryError::Engine(e) => match e {
+                EngineError::UnknownTable(_) => ErrorKind::NotFound,
+                EngineError::TableExists(_) => ErrorKind::AlreadyExists,
+                EngineError::InvalidType { .. }
+                | EngineError::BadTableDefinition(_)
+                | EngineError::BadTableName { .. }
+                | EngineError::UnknownSetting(_)
+                | EngineError::BadSetting { .. }
+                | EngineError::BadInsert { .. }
+                | EngineError::BadOptimize { .. } => ErrorKind::BadStatement,
+                EngineError::DirectoryInTheWay { .. } | EngineError::NoCoordinator { .. } => ErrorKind::NotNow,
+                EngineError::TooManyParts { .. } => ErrorKind::TryLater,
+                EngineError::CommitRefused { .. }
+                | EngineError::CommitOutcomeUnknown(_)
+                | EngineError::Coordinator(_) => ErrorKind::Unavailable,
+                EngineError::Replication { code: "TABLE_IS_READ_ONLY", .. } => ErrorKind::Unavailable,
+                EngineError::Replication { .. } => ErrorKind::NotNow,
+                EngineError::CorruptPart { .. }
+                | EngineError::Io { .. }
+                | EngineError::Parquet { .. }
+                | EngineError::Arrow(_)
+                | EngineError::Metadata { .. }
+                | EngineError::TaskFailed(_) => ErrorKind::Internal,
+            },
+        }
+    }
+
     pub fn syntax(source: &str, offset: usize, message: impl Into<String>) -> QueryError {
         let (line, column) = crate::sql::lexer::line_col(source, offset);
         QueryError::Syntax { line, column, message: message.into() }

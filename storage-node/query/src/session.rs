@@ -12,7 +12,7 @@ use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::execution::{FunctionRegistry, SendableRecordBatchStream};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use futures::TryStreamExt;
 use mergestream_engine::catalog::DATABASE;
 use mergestream_engine::commit::{Quorum, QuorumSize};
@@ -216,19 +216,7 @@ impl Session {
     /// is planned and its stream started, and the rows are made as the stream is read.
     pub async fn plan(&mut self, script: &str, start: usize, end: usize) -> Result<Outcome> {
         self.progress.reset();
-        let mut tokens: Vec<Token> = tokenize(&script[start..end])?;
-        for t in &mut tokens {
-            t.start += start;
-            t.end += start;
-        }
-        // The data of INSERT … FORMAT is not SQL: keep only the tokens up to the format name.
-        if let Some(i) = tokens.iter().position(|t| t.is_word("FORMAT")) {
-            if tokens.first().is_some_and(|t| t.is_word("INSERT")) && i + 1 < tokens.len() {
-                tokens.truncate(i + 2);
-            }
-        }
-        crate::sql::limits::check_statement(script, start, end, &tokens, &QueryLimits::default())?;
-        let statement = parse_statement(script, &tokens, end)?;
+        let statement = parse(script, start, end)?;
         let mut rows_written = None;
         match statement {
             Statement::CreateTable { def, if_not_exists } => {
@@ -237,25 +225,14 @@ impl Session {
             Statement::DropTable { name, if_exists } => self.catalog.drop_table_async(&name, if_exists).await?,
             Statement::ShowTables => {
                 let names: Vec<String> = self.catalog.tables().iter().map(|t| t.name().to_string()).collect();
-                let schema = Arc::new(Schema::new(vec![Field::new("name", ArrowType::Utf8, false)]));
-                let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(names)) as ArrayRef])?;
+                let batch =
+                    RecordBatch::try_new(show_tables_schema(), vec![Arc::new(StringArray::from(names)) as ArrayRef])?;
                 return Ok(Outcome::Rows(Rows::of(batch)));
             }
             Statement::Describe { table } => {
                 let table = self.catalog.table(&table)?;
                 let columns = &table.def().columns;
-                let names = [
-                    "name",
-                    "type",
-                    "default_type",
-                    "default_expression",
-                    "comment",
-                    "codec_expression",
-                    "ttl_expression",
-                ];
-                let schema = Arc::new(Schema::new(
-                    names.iter().map(|n| Field::new(*n, ArrowType::Utf8, false)).collect::<Vec<_>>(),
-                ));
+                let schema = describe_schema();
                 let defaults = &table.def().defaults;
                 let mut arrays: Vec<ArrayRef> = vec![
                     Arc::new(StringArray::from(columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>())),
@@ -270,7 +247,7 @@ impl Session {
                         columns.iter().map(|c| defaults.get(&c.name).cloned().unwrap_or_default()).collect::<Vec<_>>(),
                     )),
                 ];
-                for _ in 4..names.len() {
+                for _ in 4..schema.fields().len() {
                     arrays.push(Arc::new(StringArray::from(vec![""; columns.len()])));
                 }
                 let batch = RecordBatch::try_new(schema.clone(), arrays)?;
@@ -433,15 +410,38 @@ impl Session {
             .or_else(|| self.settings.get(name).cloned())
     }
 
+    /// What a statement returns, found without running it: the schema of its rows, or `None`
+    /// for a statement that returns none (a client preparing a statement is told this).
+    pub async fn describe(&self, script: &str, start: usize, end: usize) -> Result<Option<SchemaRef>> {
+        Ok(match parse(script, start, end)? {
+            Statement::ShowTables => Some(show_tables_schema()),
+            Statement::Describe { table } => {
+                self.catalog.table(&table)?;
+                Some(describe_schema())
+            }
+            Statement::Select { start, end } => {
+                let (frame, _) = self.select_frame(script, start, end).await?;
+                Some(Arc::new(frame.schema().as_arrow().clone()))
+            }
+            _ => None,
+        })
+    }
+
     async fn select(&mut self, script: &str, start: usize, end: usize) -> Result<Rows> {
+        let (frame, format) = self.select_frame(script, start, end).await?;
+        let schema = Arc::new(frame.schema().as_arrow().clone());
+        Ok(Rows { schema, stream: frame.execute_stream().await?, format })
+    }
+
+    /// A SELECT planned, and its own FORMAT.
+    async fn select_frame(&self, script: &str, start: usize, end: usize) -> Result<(DataFrame, Option<OutputFormat>)> {
         let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
         for (name, _) in &rewritten.settings {
             check_setting(name)?;
         }
         let format = rewritten.format.as_deref().map(OutputFormat::parse).transpose()?;
         let ctx = self.context(&self.state, self.scope(&rewritten.settings, rewritten.scans));
-        let (schema, stream) = query(&ctx, &rewritten.sql).await?;
-        Ok(Rows { schema, stream, format })
+        Ok((query(&ctx, &rewritten.sql).await?, format))
     }
 
     /// Runs an INSERT; returns how many rows it wrote.
@@ -474,8 +474,8 @@ impl Session {
                 let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
                 let settings = [insert.settings.as_slice(), &rewritten.settings].concat();
                 let ctx = self.context(&self.insert_state, self.scope(&settings, rewritten.scans));
-                let (_, stream) = query(&ctx, &rewritten.sql).await?;
-                select_blocks(&table, &columns, stream.try_collect().await?)?
+                let batches = query(&ctx, &rewritten.sql).await?.collect().await?;
+                select_blocks(&table, &columns, batches)?
             }
         };
         let mut rows = 0;
@@ -497,12 +497,51 @@ impl Rows {
     }
 }
 
-/// Plans a SELECT and starts it: its schema, and its rows as they come.
-async fn query(ctx: &SessionContext, sql: &str) -> Result<(SchemaRef, SendableRecordBatchStream)> {
+/// Plans a SELECT (DataFusion's SQL of it).
+async fn query(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
     let plan = ctx.sql(sql).await?.into_unoptimized_plan();
-    let frame = ctx.execute_logical_plan(clickhouse_empty_results(plan)?).await?;
-    let schema = Arc::new(frame.schema().as_arrow().clone());
-    Ok((schema, frame.execute_stream().await?))
+    Ok(ctx.execute_logical_plan(clickhouse_empty_results(plan)?).await?)
+}
+
+/// Parses the statement `script[start..end]`, within ClickHouse's query limits.
+fn parse(script: &str, start: usize, end: usize) -> Result<Statement> {
+    let mut tokens: Vec<Token> = tokenize(&script[start..end])?;
+    for t in &mut tokens {
+        t.start += start;
+        t.end += start;
+    }
+    // The data of INSERT … FORMAT is not SQL: keep only the tokens up to the format name.
+    if let Some(i) = tokens.iter().position(|t| t.is_word("FORMAT")) {
+        if tokens.first().is_some_and(|t| t.is_word("INSERT")) && i + 1 < tokens.len() {
+            tokens.truncate(i + 2);
+        }
+    }
+    crate::sql::limits::check_statement(script, start, end, &tokens, &QueryLimits::default())?;
+    parse_statement(script, &tokens, end)
+}
+
+/// The one statement of `sql` (a trailing `;` allowed), as `start..end`: for a client that
+/// sends statements one at a time.
+pub fn only_statement(sql: &str) -> Result<(usize, usize)> {
+    match crate::sql::lexer::split_statements(sql)?.as_slice() {
+        [span] => Ok(*span),
+        [] => Err(QueryError::Invalid("Empty query".into())),
+        [_, (start, _), ..] => {
+            let (line, column) = line_col(sql, *start);
+            Err(QueryError::Invalid(format!(
+                "Multi-statements are not allowed: a second statement starts at {line}:{column}"
+            )))
+        }
+    }
+}
+
+fn show_tables_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("name", ArrowType::Utf8, false)]))
+}
+
+fn describe_schema() -> SchemaRef {
+    let names = ["name", "type", "default_type", "default_expression", "comment", "codec_expression", "ttl_expression"];
+    Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, ArrowType::Utf8, false)).collect::<Vec<_>>()))
 }
 
 fn check_setting(name: &str) -> Result<()> {

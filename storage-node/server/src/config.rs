@@ -22,6 +22,7 @@ pub use mergestream_cli::ConfigError;
 pub struct ServeFile {
     pub path: Option<PathBuf>,
     pub grpc_addr: Option<SocketAddr>,
+    pub flight_addr: Option<SocketAddr>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: Option<u64>,
     pub coordinator_identity: Option<String>,
@@ -52,6 +53,8 @@ impl ServeFile {
 pub struct ServeConfig {
     pub path: PathBuf,
     pub grpc_addr: SocketAddr,
+    /// Where Arrow Flight SQL is served (off when absent).
+    pub flight_addr: Option<SocketAddr>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: u64,
     /// TLS and the identity to reach the coordinator with.
@@ -68,6 +71,7 @@ pub struct ServeConfig {
 pub struct ServeFlags {
     pub path: Option<PathBuf>,
     pub grpc_addr: Option<SocketAddr>,
+    pub flight_addr: Option<SocketAddr>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: Option<u64>,
     pub coordinator_tls: TlsSettings,
@@ -90,6 +94,7 @@ impl ServeConfig {
         let config = ServeConfig {
             path,
             grpc_addr: flags.grpc_addr.or(file.grpc_addr).unwrap_or(default_grpc),
+            flight_addr: flags.flight_addr.or(file.flight_addr),
             coordinator: flags.coordinator.or(file.coordinator),
             session_timeout_ms: flags
                 .session_timeout_ms
@@ -138,6 +143,8 @@ pub fn example() -> String {
          # path = \"/var/lib/mergestream\"\n\
          # Where the gRPC insert and query service listens.\n\
          # grpc_addr = \"{DEFAULT_GRPC_ADDR}\"\n\
+         # Where Arrow Flight SQL (queries, statements, prepared statements) is served; off when absent.\n\
+         # flight_addr = \"127.0.0.1:9110\"\n\
          # The coordinator (or ZooKeeper) hosts, host:port[,host:port...]: replicated tables and\n\
          # inserts that commit a source offset need it.\n\
          # coordinator = \"127.0.0.1:2181\"\n\

@@ -3,6 +3,7 @@
 //! `storage-node serve` keeps the data directory open and serves the gRPC insert service.
 
 mod config;
+mod flight;
 mod ingest;
 mod interserver;
 mod ipc;
@@ -67,6 +68,9 @@ struct ServeArgs {
     /// Where the gRPC service listens [default: 127.0.0.1:9100].
     #[arg(long)]
     grpc_addr: Option<std::net::SocketAddr>,
+    /// Where Arrow Flight SQL is served, HOST:PORT (off when absent).
+    #[arg(long)]
+    flight_addr: Option<std::net::SocketAddr>,
     /// The coordinator (or ZooKeeper) hosts, `host:port[,host:port…]`. Needed for replicated
     /// tables and for inserts that commit a source offset with their block.
     #[arg(long)]
@@ -107,6 +111,7 @@ impl ServeArgs {
         let flags = config::ServeFlags {
             path: self.path,
             grpc_addr: self.grpc_addr,
+            flight_addr: self.flight_addr,
             coordinator: self.coordinator,
             session_timeout_ms: self.session_timeout_ms,
             coordinator_tls: self.coordinator_tls,
@@ -324,6 +329,24 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                     let catalog = catalog.clone();
                     // It locks every table's state in turn: not on the runtime's threads.
                     let _ = tokio::task::spawn_blocking(move || catalog.publish_part_gauges()).await;
+                }
+            });
+        }
+        if let Some(addr) = args.flight_addr {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            tracing::info!(%addr, "serving Arrow Flight SQL");
+            let service = flight::FlightSqlServer::new(catalog.clone(), query_handle.clone());
+            tokio::spawn(async move {
+                let served = tonic::transport::Server::builder()
+                    .add_service(
+                        arrow_flight::flight_service_server::FlightServiceServer::new(service)
+                            .max_decoding_message_size(256 << 20),
+                    )
+                    .serve_with_incoming(without_nagle(listener))
+                    .await;
+                if let Err(e) = served {
+                    tracing::error!(error = %e, "the Flight SQL service failed");
                 }
             });
         }

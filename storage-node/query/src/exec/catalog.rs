@@ -93,7 +93,13 @@ impl SchemaProvider for TablesSchema {
             Some(scan) => (scan.table.as_str(), ScanMode::WithPartColumn),
             None => (name, ScanMode::Plain),
         };
-        let Ok(table) = self.catalog.table(base) else { return Ok(None) };
+        let table = match self.catalog.table(base) {
+            Ok(table) => table,
+            // The statement's own FINAL or `_part` scan of a missing table.
+            Err(e) if base != name => return Err(DataFusionError::External(Box::new(e))),
+            // Maybe not a table at all: DataFusion asks for a table function's name too.
+            Err(_) => return Ok(None),
+        };
         let visible = match self.catalog.replica(base).filter(|_| scope.sequential_consistency) {
             Some(replica) => {
                 Some(replica.visible_blocks(&table).await.map_err(|e| DataFusionError::External(e.into()))?)

@@ -1,0 +1,399 @@
+//! Arrow Flight SQL on the storage node (`serve --flight-addr`): ClickHouse SQL in, Arrow
+//! record batches streamed out as the plan makes them.
+//!
+//! A statement sent as a query (CommandStatementQuery, or a prepared statement executed as one)
+//! answers GetFlightInfo with its schema and a ticket that holds the SQL; DoGet plans it again
+//! and streams its batches. A statement that returns no rows (DDL, INSERT, OPTIMIZE, SYSTEM)
+//! runs when GetFlightInfo asks for it, as ADBC sends every statement of `cursor.execute` that
+//! way, and its ticket then streams no rows. CommandStatementUpdate runs any statement and
+//! answers how many rows it wrote (-1 where it wrote none: DoPutUpdateResult's "unknown").
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
+    CommandGetSqlInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementQuery,
+    CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
+};
+use arrow_flight::{Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket};
+use futures::{Stream, StreamExt, TryStreamExt};
+use mergestream_engine::Catalog;
+use mergestream_query::error::ErrorKind;
+use mergestream_query::session::{only_statement, Outcome};
+use mergestream_query::{OutputFormat, QueryError, Session};
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+/// Batches a DoGet keeps ready ahead of the client: the plan waits when the client reads
+/// slower than the plan makes rows.
+const BATCHES_AHEAD: usize = 2;
+
+/// Prepared statements a server keeps at most; a client that never closes its own cannot
+/// make the server hold more.
+const MAX_PREPARED: usize = 10_000;
+
+type BatchStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send + 'static>>;
+
+pub struct FlightSqlServer {
+    catalog: Arc<Catalog>,
+    /// The runtime queries plan and run on (deep stacks; apart from the one serving gRPC).
+    queries: tokio::runtime::Handle,
+    prepared: Mutex<HashMap<Vec<u8>, Prepared>>,
+    next_handle: AtomicU64,
+    sql_info: SqlInfoData,
+}
+
+/// A prepared statement: its SQL, and what executing it as a query returns.
+#[derive(Clone)]
+struct Prepared {
+    sql: String,
+    /// `None`: a statement that returns no rows.
+    schema: Option<SchemaRef>,
+}
+
+/// What a ticket asks DoGet for.
+enum TicketBody {
+    /// The rows of this SQL.
+    Rows(String),
+    /// Nothing: the statement ran when its FlightInfo was asked for.
+    Nothing,
+}
+
+impl TicketBody {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            TicketBody::Rows(sql) => [b"Q".as_slice(), sql.as_bytes()].concat(),
+            TicketBody::Nothing => b"N".to_vec(),
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> Result<TicketBody, Status> {
+        match bytes.split_first() {
+            Some((b'Q', sql)) => std::str::from_utf8(sql)
+                .map(|sql| TicketBody::Rows(sql.to_string()))
+                .map_err(|_| Status::invalid_argument("the ticket's SQL is not UTF-8")),
+            Some((b'N', [])) => Ok(TicketBody::Nothing),
+            _ => Err(Status::invalid_argument("not a ticket of this server")),
+        }
+    }
+}
+
+impl FlightSqlServer {
+    pub fn new(catalog: Arc<Catalog>, queries: tokio::runtime::Handle) -> FlightSqlServer {
+        FlightSqlServer {
+            catalog,
+            queries,
+            prepared: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+            sql_info: sql_info(),
+        }
+    }
+
+    /// Runs `work` with a new session on the query runtime.
+    async fn on_query_runtime<T, F, W>(&self, work: W) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, Status>> + Send + 'static,
+        W: FnOnce(Session) -> F,
+    {
+        let session = Session::new(self.catalog.clone(), OutputFormat::Tsv);
+        self.queries
+            .spawn(work(session))
+            .await
+            .unwrap_or_else(|e| Err(Status::internal(format!("the query's task failed: {e}"))))
+    }
+
+    /// A query's FlightInfo: its schema and a ticket for its rows; a statement that returns
+    /// no rows runs now.
+    async fn flight_info(&self, sql: String, descriptor: FlightDescriptor) -> Result<FlightInfo, Status> {
+        let (schema, ticket) = self
+            .on_query_runtime(move |mut session: Session| async move {
+                let (start, end) = only_statement(&sql).map_err(status_of)?;
+                match session.describe(&sql, start, end).await.map_err(status_of)? {
+                    Some(schema) => Ok((schema, TicketBody::Rows(sql))),
+                    None => {
+                        session.plan(&sql, start, end).await.map_err(status_of)?;
+                        Ok((Arc::new(Schema::empty()), TicketBody::Nothing))
+                    }
+                }
+            })
+            .await?;
+        info_of(&schema, ticket.encode(), descriptor)
+    }
+
+    /// Streams the rows of a ticket: planned and run on the query runtime, each batch sent as
+    /// it is made.
+    async fn rows(&self, ticket: TicketBody) -> Result<Response<BatchStream>, Status> {
+        let TicketBody::Rows(sql) = ticket else {
+            return Ok(Response::new(encode(Arc::new(Schema::empty()), futures::stream::empty())));
+        };
+        let (batches, receiver) = tokio::sync::mpsc::channel(BATCHES_AHEAD);
+        let (schema_sender, schema) = tokio::sync::oneshot::channel();
+        let session = Session::new(self.catalog.clone(), OutputFormat::Tsv);
+        self.queries.spawn(run_rows(session, sql, schema_sender, batches));
+        let schema = schema.await.map_err(|_| Status::internal("the query's task ended before its schema"))??;
+        let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
+        Ok(Response::new(encode(schema, stream)))
+    }
+
+    /// Runs a statement for its effect; how many rows it wrote, -1 where that is not a count.
+    async fn update(&self, sql: String) -> Result<i64, Status> {
+        self.on_query_runtime(move |mut session: Session| async move {
+            let (start, end) = only_statement(&sql).map_err(status_of)?;
+            match session.plan(&sql, start, end).await.map_err(status_of)? {
+                Outcome::Done { rows_written: Some(rows) } => Ok(rows as i64),
+                Outcome::Done { rows_written: None } => Ok(-1),
+                Outcome::Rows(rows) => {
+                    // A query sent as an update: it runs, and its rows go nowhere.
+                    rows.stream.try_for_each(|_| async { Ok(()) }).await.map_err(|e| status_of(e.into()))?;
+                    Ok(-1)
+                }
+            }
+        })
+        .await
+    }
+
+    fn prepared(&self, handle: &[u8]) -> Result<Prepared, Status> {
+        let statements = self.prepared.lock().map_err(|_| Status::internal("the prepared statements' lock"))?;
+        statements.get(handle).cloned().ok_or_else(|| Status::not_found("no such prepared statement (closed?)"))
+    }
+}
+
+/// Plans `sql`, sends its schema (or why it failed), then its batches until the client goes.
+async fn run_rows(
+    mut session: Session,
+    sql: String,
+    schema: tokio::sync::oneshot::Sender<Result<SchemaRef, Status>>,
+    batches: tokio::sync::mpsc::Sender<Result<arrow::array::RecordBatch, Status>>,
+) {
+    let planned = match only_statement(&sql) {
+        Ok((start, end)) => session.plan(&sql, start, end).await,
+        Err(e) => Err(e),
+    };
+    let mut rows = match planned {
+        Ok(Outcome::Rows(rows)) => rows,
+        Ok(Outcome::Done { .. }) => {
+            let _ = schema.send(Ok(Arc::new(Schema::empty())));
+            return;
+        }
+        Err(e) => {
+            let _ = schema.send(Err(status_of(e)));
+            return;
+        }
+    };
+    if schema.send(Ok(rows.schema.clone())).is_err() {
+        return;
+    }
+    while let Some(batch) = rows.stream.next().await {
+        let batch = batch.map_err(|e| status_of(e.into()));
+        let failed = batch.is_err();
+        // A client that went away drops the receiver: the plan stops here.
+        if batches.send(batch).await.is_err() || failed {
+            return;
+        }
+    }
+}
+
+fn encode(
+    schema: SchemaRef,
+    batches: impl Stream<Item = Result<arrow::array::RecordBatch, Status>> + Send + 'static,
+) -> BatchStream {
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(batches.map_err(|e| FlightError::Tonic(Box::new(e))))
+        .map_err(Status::from);
+    Box::pin(stream)
+}
+
+fn info_of(schema: &Schema, ticket: Vec<u8>, descriptor: FlightDescriptor) -> Result<FlightInfo, Status> {
+    let ticket = TicketStatementQuery { statement_handle: ticket.into() };
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+    Ok(FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))?
+        .with_endpoint(endpoint)
+        .with_descriptor(descriptor)
+        .with_ordered(true))
+}
+
+fn schema_bytes(schema: &Schema) -> Result<bytes::Bytes, Status> {
+    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &Default::default())
+        .try_into()
+        .map_err(|e: arrow::error::ArrowError| Status::internal(format!("cannot encode the schema: {e}")))?;
+    Ok(bytes)
+}
+
+/// The gRPC status of a failed statement, with the code of its kind.
+pub fn status_of(error: QueryError) -> Status {
+    let code = match error.kind() {
+        ErrorKind::BadStatement => tonic::Code::InvalidArgument,
+        ErrorKind::NotFound => tonic::Code::NotFound,
+        ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
+        ErrorKind::Unsupported => tonic::Code::Unimplemented,
+        ErrorKind::TryLater => tonic::Code::ResourceExhausted,
+        ErrorKind::Unavailable => tonic::Code::Unavailable,
+        ErrorKind::NotNow => tonic::Code::FailedPrecondition,
+        ErrorKind::Internal => tonic::Code::Internal,
+    };
+    Status::new(code, error.to_string())
+}
+
+fn sql_info() -> SqlInfoData {
+    let mut info = SqlInfoDataBuilder::new();
+    info.append(SqlInfo::FlightSqlServerName, "mergestream");
+    info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+    // The Arrow IPC format version (Schema.fbs MetadataVersion V5).
+    info.append(SqlInfo::FlightSqlServerArrowVersion, "1.5");
+    info.append(SqlInfo::FlightSqlServerReadOnly, false);
+    info.append(SqlInfo::FlightSqlServerSql, true);
+    info.append(SqlInfo::FlightSqlServerSubstrait, false);
+    info.append(SqlInfo::FlightSqlServerTransaction, 0i32);
+    info.append(SqlInfo::FlightSqlServerCancel, false);
+    info.append(SqlInfo::SqlIdentifierQuoteChar, "`");
+    info.append(SqlInfo::SqlDdlCatalog, false);
+    info.append(SqlInfo::SqlDdlSchema, false);
+    info.append(SqlInfo::SqlDdlTable, true);
+    info.append(SqlInfo::SqlTransactionsSupported, false);
+    // Built from constant values of the types the builder takes: it cannot fail.
+    info.build().unwrap_or_else(|e| panic!("the SqlInfo table: {e}"))
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for FlightSqlServer {
+    type FlightService = FlightSqlServer;
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Ok(Response::new(self.flight_info(query.query, request.into_inner()).await?))
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let prepared = self.prepared(&query.prepared_statement_handle)?;
+        let descriptor = request.into_inner();
+        let info = match prepared.schema {
+            // Described when it was prepared: its rows are read at DoGet.
+            Some(schema) => info_of(&schema, TicketBody::Rows(prepared.sql).encode(), descriptor)?,
+            None => self.flight_info(prepared.sql, descriptor).await?,
+        };
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.rows(TicketBody::decode(&ticket.statement_handle)?).await
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let prepared = self.prepared(&query.prepared_statement_handle)?;
+        self.rows(TicketBody::Rows(prepared.sql)).await
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        update: CommandStatementUpdate,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        self.update(update.query).await
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        query: CommandPreparedStatementUpdate,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let prepared = self.prepared(&query.prepared_statement_handle)?;
+        self.update(prepared.sql).await
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let sql = query.query;
+        let described = sql.clone();
+        let schema = self
+            .on_query_runtime(move |session: Session| async move {
+                let (start, end) = only_statement(&described).map_err(status_of)?;
+                session.describe(&described, start, end).await.map_err(status_of)
+            })
+            .await?;
+        let dataset_schema = schema_bytes(schema.as_deref().unwrap_or(&Schema::empty()))?;
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed).to_be_bytes().to_vec();
+        {
+            let mut statements = self.prepared.lock().map_err(|_| Status::internal("the prepared statements' lock"))?;
+            if statements.len() >= MAX_PREPARED {
+                return Err(Status::resource_exhausted(format!(
+                    "{MAX_PREPARED} prepared statements are open: close some first"
+                )));
+            }
+            statements.insert(handle.clone(), Prepared { sql, schema });
+        }
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle.into(),
+            dataset_schema,
+            parameter_schema: schema_bytes(&Schema::empty())?,
+        })
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<(), Status> {
+        let mut statements = self.prepared.lock().map_err(|_| Status::internal("the prepared statements' lock"))?;
+        statements.remove(query.prepared_statement_handle.as_ref());
+        Ok(())
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder(&self.sql_info).schema();
+        let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(query.as_any().encode_to_vec()));
+        let info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))?
+            .with_endpoint(endpoint)
+            .with_descriptor(request.into_inner());
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let builder = query.into_builder(&self.sql_info);
+        let schema = builder.schema();
+        let batch = builder.build().map_err(|e| Status::internal(format!("the SqlInfo batch: {e}")))?;
+        Ok(Response::new(encode(schema, futures::stream::iter([Ok(batch)]))))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}

@@ -1,0 +1,148 @@
+"""Arrow Flight SQL on a serving storage node (`serve --flight-addr`), through real clients:
+ADBC's Flight SQL driver (the Go driver in its wheel) and pyarrow.flight. ClickHouse 26.9
+(chDB) gives the expected result of each query."""
+
+import adbc_driver_flightsql.dbapi as flightsql
+import adbc_driver_manager
+import pytest
+from harness import Oracle
+
+ENGINES = {
+    "ReplacingMergeTree": "ReplacingMergeTree(ver)",
+    "SummingMergeTree": "SummingMergeTree",
+    "AggregatingMergeTree": "AggregatingMergeTree",
+    "CollapsingMergeTree": "CollapsingMergeTree(sign)",
+    "VersionedCollapsingMergeTree": "VersionedCollapsingMergeTree(sign, ver)",
+}
+
+SETUP = """
+CREATE TABLE t (k UInt64, v Int64, ver UInt32, sign Int8) ENGINE = {engine} ORDER BY k;
+SYSTEM STOP MERGES t;
+INSERT INTO t VALUES (1, 10, 1, 1), (2, 20, 1, 1), (3, 30, 1, 1);
+INSERT INTO t VALUES (1, 10, 1, -1), (1, 11, 2, 1), (2, 5, 2, 1);
+"""
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    return Oracle()
+
+
+def connect(node):
+    return flightsql.connect(node.flight_uri, autocommit=True)
+
+
+def statements(script):
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def rows_of(cursor, sql):
+    cursor.execute(sql)
+    return [tuple(row) for row in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_final_and_aggregates_match_clickhouse(node, oracle, engine):
+    setup = SETUP.format(engine=ENGINES[engine])
+    queries = [
+        "SELECT k, v FROM t FINAL ORDER BY k",
+        "SELECT count(), sum(v) FROM t",
+        "SELECT k, sum(v) AS s FROM t GROUP BY k ORDER BY k",
+    ]
+    with connect(node) as conn, conn.cursor() as cursor:
+        for statement in statements(setup):
+            cursor.execute(statement)
+        for query in queries:
+            got = rows_of(cursor, query)
+            expected_tsv = oracle.run(setup + query + ";")
+            expected = [tuple(int(x) for x in line.split("\t")) for line in expected_tsv.splitlines()]
+            assert got == expected, f"{engine}: {query}"
+        cursor.execute("DROP TABLE t")
+
+
+def test_results_carry_their_arrow_types_and_clickhouse_types(node):
+    with connect(node) as conn, conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (k UInt64, s String, d Date, x Nullable(Float64)) ENGINE = MergeTree ORDER BY k")
+        cursor.execute("INSERT INTO t VALUES (1, 'a', '2026-01-02', NULL), (2, 'b', '2026-03-04', 1.5)")
+        cursor.execute("SELECT k, s, d, x FROM t ORDER BY k")
+        table = cursor.fetch_arrow_table()
+        assert table.column_names == ["k", "s", "d", "x"]
+        assert str(table.schema.field("k").type) == "uint64"
+        assert table.schema.field("x").nullable
+        assert table.column("x").to_pylist() == [None, 1.5]
+        assert [str(d) for d in table.column("d").to_pylist()] == ["2026-01-02", "2026-03-04"]
+        metadata = table.schema.field("k").metadata or {}
+        assert metadata.get(b"clickhouse.type") == b"UInt64", table.schema
+
+
+def test_a_large_result_streams_batch_by_batch(node):
+    # A trillion rows: only a stream that the plan feeds as the client reads can answer.
+    with connect(node) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT number FROM numbers(1000000000000)")
+        reader = cursor.fetch_record_batch()
+        read = 0
+        while read < 300_000:
+            read += reader.read_next_batch().num_rows
+        assert read >= 300_000
+        reader.close()
+        # The connection is still good for the next statement.
+        assert rows_of(cursor, "SELECT 1") == [(1,)]
+
+
+def test_updates_answer_the_rows_written(node):
+    with connect(node) as conn, conn.cursor() as cursor:
+        statement = cursor.adbc_statement
+
+        def update(sql):
+            statement.set_sql_query(sql)
+            return statement.execute_update()
+
+        assert update("CREATE TABLE t (k UInt64) ENGINE = MergeTree ORDER BY k") == -1
+        assert update("INSERT INTO t VALUES (1), (2), (3)") == 3
+        assert update("INSERT INTO t SELECT number FROM numbers(10)") == 10
+        assert update("OPTIMIZE TABLE t FINAL") == -1
+        assert rows_of(cursor, "SELECT count(), count(DISTINCT _part) FROM t") == [(13, 1)]
+
+
+def test_settings_belong_to_their_statement(node):
+    with connect(node) as a, connect(node) as b, a.cursor() as first, b.cursor() as second:
+        first.execute("CREATE TABLE t (p UInt8, k UInt64, v UInt64) ENGINE = ReplacingMergeTree PARTITION BY p ORDER BY k")
+        first.execute("SYSTEM STOP MERGES t")
+        first.execute("INSERT INTO t VALUES (1, 1, 1), (2, 1, 2)")
+        first.execute("INSERT INTO t VALUES (1, 1, 3)")
+        with_setting = "SELECT p, v FROM t FINAL ORDER BY p SETTINGS do_not_merge_across_partitions_select_final = 1"
+        plain = "SELECT p, v FROM t FINAL ORDER BY p"
+        # As in ClickHouse 26.9: FINAL merges rows of one key across partitions unless told not to.
+        assert rows_of(first, with_setting) == [(1, 3), (2, 2)]
+        assert rows_of(second, plain) == [(2, 2)]
+        assert rows_of(first, plain) == [(2, 2)], "the setting ended with its statement"
+        assert rows_of(second, "SELECT _part, v FROM t FINAL ORDER BY v SETTINGS "
+                               "do_not_merge_across_partitions_select_final = 1") == [("2_2_2_1", 2), ("1_3_3_1", 3)]
+
+
+def test_errors_name_the_problem_with_their_grpc_code(node):
+    with connect(node) as conn, conn.cursor() as cursor:
+        cases = [
+            ("SELECT * FROM missing", adbc_driver_manager.ProgrammingError, "missing"),
+            ("SELEC 1", adbc_driver_manager.ProgrammingError, "1:1"),
+            ("SELECT 1; SELECT 2", adbc_driver_manager.ProgrammingError, "Multi-statements"),
+            ("SELECT nope FROM numbers(1)", adbc_driver_manager.ProgrammingError, "nope"),
+        ]
+        for sql, kind, text in cases:
+            with pytest.raises(kind) as failure:
+                cursor.execute(sql)
+            assert text in str(failure.value), (sql, str(failure.value))
+        # NOT_FOUND and INVALID_ARGUMENT, not one code for everything.
+        with pytest.raises(adbc_driver_manager.Error) as failure:
+            cursor.execute("SELECT * FROM missing")
+        assert "NOT_FOUND" in str(failure.value) or failure.value.status_code == adbc_driver_manager.AdbcStatusCode.NOT_FOUND
+        with pytest.raises(adbc_driver_manager.Error) as failure:
+            cursor.execute("SELEC 1")
+        assert failure.value.status_code == adbc_driver_manager.AdbcStatusCode.INVALID_ARGUMENT
+
+
+def test_server_info(node):
+    with connect(node) as conn:
+        info = conn.adbc_get_info()
+        assert info["vendor_name"] == "mergestream"
+        assert info["vendor_arrow_version"]
