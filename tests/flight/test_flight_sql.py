@@ -4,6 +4,7 @@ ADBC's Flight SQL driver (the Go driver in its wheel) and pyarrow.flight. ClickH
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
+import pyarrow.flight
 import pytest
 from harness import Oracle
 
@@ -146,3 +147,56 @@ def test_server_info(node):
         info = conn.adbc_get_info()
         assert info["vendor_name"] == "mergestream"
         assert info["vendor_arrow_version"]
+
+
+def test_catalog_metadata_lists_tables_with_schemas_and_keys(node):
+    with connect(node) as conn, conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE orders (id UInt64, region String, amount Decimal(18, 2), at DateTime) "
+                       "ENGINE = ReplacingMergeTree ORDER BY (region, id)")
+        assert conn.adbc_get_table_types() == ["SYSTEM TABLE", "TABLE"]
+        schema = conn.adbc_get_table_schema("orders", db_schema_filter="default")
+        assert schema.names == ["id", "region", "amount", "at"]
+        assert schema.field("amount").metadata[b"clickhouse.type"] == b"Decimal(18, 2)"
+        objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+        assert [c["catalog_name"] for c in objects] == ["mergestream"]
+        schemas = {s["db_schema_name"]: s["db_schema_tables"] for s in objects[0]["catalog_db_schemas"]}
+        assert set(schemas) == {"default", "system"}
+        assert [(t["table_name"], t["table_type"]) for t in schemas["default"]] == [("orders", "TABLE")]
+        assert "parts" in {t["table_name"] for t in schemas["system"]}
+        columns = conn.adbc_get_objects(depth="columns", table_name_filter="orders").read_all().to_pylist()
+        listed = columns[0]["catalog_db_schemas"]
+        orders = [t for s in listed for t in s["db_schema_tables"] or [] if t["table_name"] == "orders"][0]
+        assert [c["column_name"] for c in orders["table_columns"]] == ["id", "region", "amount", "at"]
+    # GetPrimaryKeys (ADBC does not ask for it): the sorting key, in its order.
+    client = pyarrow.flight.FlightClient(node.flight_uri)
+    command = flight_sql_command("CommandGetPrimaryKeys", [(2, "default"), (3, "orders")])
+    info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(command))
+    keys = client.do_get(info.endpoints[0].ticket).read_all().to_pylist()
+    assert [(k["table_name"], k["column_name"], k["key_sequence"]) for k in keys] == [
+        ("orders", "region", 1), ("orders", "id", 2)]
+
+
+def protobuf_field(number, data: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    out, length = bytearray([number << 3 | 2]), len(data)
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        out.append(byte | (0x80 if length else 0))
+        if not length:
+            return bytes(out) + data
+
+
+def flight_sql_command(name, string_fields):
+    """A Flight SQL command as the protocol sends it: a google.protobuf.Any of the message."""
+    message = b"".join(protobuf_field(n, v.encode()) for n, v in string_fields)
+    return protobuf_field(1, f"type.googleapis.com/arrow.flight.protocol.sql.{name}".encode()) + protobuf_field(2, message)
+
+
+def test_type_info_lists_clickhouse_types(node):
+    client = pyarrow.flight.FlightClient(node.flight_uri)
+    info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
+        flight_sql_command("CommandGetXdbcTypeInfo", [])))
+    types = {t["type_name"]: t for t in client.do_get(info.endpoints[0].ticket).read_all().to_pylist()}
+    assert {"UInt64", "Int32", "String", "DateTime64", "Decimal"} <= set(types)
+    assert types["UInt64"]["unsigned_attribute"] is True
+    assert types["String"]["literal_prefix"] == "'"

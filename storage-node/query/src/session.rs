@@ -31,7 +31,8 @@ use crate::sql::limits::QueryLimits;
 use crate::sql::rewrite::{rewrite_select, TableScan};
 use crate::sql::statement::{parse_statement, Insert, InsertSource, PartitionSpec, ReplicationSwitch, Statement};
 
-const CATALOG_NAME: &str = "mergestream";
+/// The one catalog (ClickHouse has none; its databases are the catalog's schemas).
+pub const CATALOG_NAME: &str = "mergestream";
 /// ClickHouse's `max_insert_block_size`: an INSERT … SELECT makes a part per this many rows.
 const MAX_INSERT_BLOCK_ROWS: usize = 1_048_449;
 

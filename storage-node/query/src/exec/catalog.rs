@@ -116,6 +116,56 @@ impl SchemaProvider for TablesSchema {
     }
 }
 
+/// A table as a client's catalog browser lists it (Flight SQL's GetTables, GetPrimaryKeys).
+#[derive(Debug, Clone)]
+pub struct TableListing {
+    /// The database: `default` or `system`.
+    pub schema: String,
+    pub name: String,
+    /// `TABLE`, or `SYSTEM TABLE` for the tables of `system`.
+    pub kind: &'static str,
+    /// The columns as a query of `SELECT *` returns them, each with its ClickHouse type in
+    /// the field metadata where the table has one.
+    pub columns: SchemaRef,
+    /// ClickHouse's primary key (the sorting key unless PRIMARY KEY says otherwise); none for
+    /// system tables.
+    pub primary_key: Vec<String>,
+}
+
+/// Every table of every schema, as a statement would see them, by schema then name.
+pub async fn list_tables(catalog: &Arc<Catalog>) -> DfResult<Vec<TableListing>> {
+    let engine = EngineCatalog { catalog: catalog.clone(), scope: Arc::new(StatementScope::default()) };
+    let mut listings = Vec::new();
+    for schema_name in engine.schema_names() {
+        let Some(schema) = engine.schema(&schema_name) else { continue };
+        let mut names = schema.table_names();
+        names.sort();
+        for name in names {
+            let Some(provider) = schema.table(&name).await? else { continue };
+            let primary_key = match catalog.table(&name) {
+                Ok(table) if schema_name == DATABASE => {
+                    let def = table.def();
+                    if def.primary_key.is_empty() {
+                        def.order_by.clone()
+                    } else {
+                        def.primary_key.clone()
+                    }
+                }
+                _ => Vec::new(),
+            };
+            let kind = if schema_name == DATABASE { "TABLE" } else { "SYSTEM TABLE" };
+            listings.push(TableListing {
+                schema: schema_name.clone(),
+                name,
+                kind,
+                columns: provider.schema(),
+                primary_key,
+            });
+        }
+    }
+    Ok(listings)
+}
+
 /// `numbers(N)` and `numbers(offset, N)`: a `number UInt64` column, generated as it is read
 /// (`numbers(1e12) LIMIT 3` makes three rows, not a trillion held in memory) and counted into
 /// the session's progress, as ClickHouse counts the rows it reads from it.

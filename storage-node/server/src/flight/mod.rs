@@ -8,27 +8,33 @@
 //! way, and its ticket then streams no rows. CommandStatementUpdate runs any statement and
 //! answers how many rows it wrote (-1 where it wrote none: DoPutUpdateResult's "unknown").
 
+mod type_info;
+
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::array::{ArrayRef, Int32Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
-use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfoData};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
-    CommandGetSqlInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementQuery,
-    CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
+    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
+    CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket};
 use futures::{Stream, StreamExt, TryStreamExt};
+use mergestream_engine::catalog::DATABASE;
 use mergestream_engine::Catalog;
 use mergestream_query::error::ErrorKind;
-use mergestream_query::session::{only_statement, Outcome};
+use mergestream_query::exec::catalog::{list_tables, TableListing};
+use mergestream_query::session::{only_statement, Outcome, CATALOG_NAME};
 use mergestream_query::{OutputFormat, QueryError, Session};
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -50,7 +56,11 @@ pub struct FlightSqlServer {
     prepared: Mutex<HashMap<Vec<u8>, Prepared>>,
     next_handle: AtomicU64,
     sql_info: SqlInfoData,
+    type_info: XdbcTypeInfoData,
 }
+
+/// GetTableTypes: what GetTables' `table_type` holds.
+const TABLE_TYPES: [&str; 2] = ["SYSTEM TABLE", "TABLE"];
 
 /// A prepared statement: its SQL, and what executing it as a query returns.
 #[derive(Clone)]
@@ -95,6 +105,7 @@ impl FlightSqlServer {
             prepared: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             sql_info: sql_info(),
+            type_info: type_info::type_info(),
         }
     }
 
@@ -162,6 +173,15 @@ impl FlightSqlServer {
         .await
     }
 
+    async fn tables(&self) -> Result<Vec<TableListing>, Status> {
+        let catalog = self.catalog.clone();
+        self.queries
+            .spawn(async move { list_tables(&catalog).await })
+            .await
+            .map_err(|e| Status::internal(format!("the tables' listing failed: {e}")))?
+            .map_err(|e| status_of(e.into()))
+    }
+
     fn prepared(&self, handle: &[u8]) -> Result<Prepared, Status> {
         let statements = self.prepared.lock().map_err(|_| Status::internal("the prepared statements' lock"))?;
         statements.get(handle).cloned().ok_or_else(|| Status::not_found("no such prepared statement (closed?)"))
@@ -173,7 +193,7 @@ async fn run_rows(
     mut session: Session,
     sql: String,
     schema: tokio::sync::oneshot::Sender<Result<SchemaRef, Status>>,
-    batches: tokio::sync::mpsc::Sender<Result<arrow::array::RecordBatch, Status>>,
+    batches: tokio::sync::mpsc::Sender<Result<RecordBatch, Status>>,
 ) {
     let planned = match only_statement(&sql) {
         Ok((start, end)) => session.plan(&sql, start, end).await,
@@ -203,10 +223,7 @@ async fn run_rows(
     }
 }
 
-fn encode(
-    schema: SchemaRef,
-    batches: impl Stream<Item = Result<arrow::array::RecordBatch, Status>> + Send + 'static,
-) -> BatchStream {
+fn encode(schema: SchemaRef, batches: impl Stream<Item = Result<RecordBatch, Status>> + Send + 'static) -> BatchStream {
     let stream = FlightDataEncoderBuilder::new()
         .with_schema(schema)
         .build(batches.map_err(|e| FlightError::Tonic(Box::new(e))))
@@ -223,6 +240,38 @@ fn info_of(schema: &Schema, ticket: Vec<u8>, descriptor: FlightDescriptor) -> Re
         .with_endpoint(endpoint)
         .with_descriptor(descriptor)
         .with_ordered(true))
+}
+
+/// The FlightInfo of a metadata command: its ticket is the command itself.
+fn command_info(
+    command: arrow_flight::sql::Any,
+    schema: &Schema,
+    descriptor: FlightDescriptor,
+) -> Result<FlightInfo, Status> {
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(command.encode_to_vec()));
+    Ok(FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))?
+        .with_endpoint(endpoint)
+        .with_descriptor(descriptor))
+}
+
+/// A reply of one batch made already (metadata).
+fn one_batch(schema: SchemaRef, batch: Result<RecordBatch, impl std::fmt::Display>) -> BatchStream {
+    let batch = batch.map_err(|e| Status::internal(format!("the metadata batch: {e}")));
+    encode(schema, futures::stream::iter([batch]))
+}
+
+/// GetPrimaryKeys' schema, as the Flight SQL protocol defines it.
+fn primary_keys_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("catalog_name", DataType::Utf8, true),
+        Field::new("db_schema_name", DataType::Utf8, true),
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("column_name", DataType::Utf8, false),
+        Field::new("key_name", DataType::Utf8, true),
+        Field::new("key_sequence", DataType::Int32, false),
+    ]))
 }
 
 fn schema_bytes(schema: &Schema) -> Result<bytes::Bytes, Status> {
@@ -375,13 +424,7 @@ impl FlightSqlService for FlightSqlServer {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder(&self.sql_info).schema();
-        let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(query.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
-            .try_with_schema(&schema)
-            .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))?
-            .with_endpoint(endpoint)
-            .with_descriptor(request.into_inner());
-        Ok(Response::new(info))
+        Ok(Response::new(command_info(query.as_any(), &schema, request.into_inner())?))
     }
 
     async fn do_get_sql_info(
@@ -391,8 +434,154 @@ impl FlightSqlService for FlightSqlServer {
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let builder = query.into_builder(&self.sql_info);
         let schema = builder.schema();
-        let batch = builder.build().map_err(|e| Status::internal(format!("the SqlInfo batch: {e}")))?;
-        Ok(Response::new(encode(schema, futures::stream::iter([Ok(batch)]))))
+        Ok(Response::new(one_batch(schema, builder.build())))
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        Ok(Response::new(command_info(query.as_any(), &schema, request.into_inner())?))
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder = query.into_builder();
+        builder.append(CATALOG_NAME);
+        let schema = builder.schema();
+        Ok(Response::new(one_batch(schema, builder.build())))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        Ok(Response::new(command_info(query.as_any(), &schema, request.into_inner())?))
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder = query.into_builder();
+        for schema in [DATABASE, "system"] {
+            builder.append(CATALOG_NAME, schema);
+        }
+        let schema = builder.schema();
+        Ok(Response::new(one_batch(schema, builder.build())))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        Ok(Response::new(command_info(query.as_any(), &schema, request.into_inner())?))
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder = query.into_builder();
+        for table in self.tables().await? {
+            builder
+                .append(CATALOG_NAME, &table.schema, &table.name, table.kind, &table.columns)
+                .map_err(|e| Status::internal(format!("the tables' listing: {e}")))?;
+        }
+        let schema = builder.schema();
+        Ok(Response::new(one_batch(schema, builder.build())))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        Ok(Response::new(command_info(query.as_any(), &schema, request.into_inner())?))
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let mut builder = query.into_builder();
+        for kind in TABLE_TYPES {
+            builder.append(kind);
+        }
+        let schema = builder.schema();
+        Ok(Response::new(one_batch(schema, builder.build())))
+    }
+
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Ok(Response::new(command_info(query.as_any(), &primary_keys_schema(), request.into_inner())?))
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let matches = |filter: &Option<String>, value: &str| filter.as_deref().is_none_or(|f| f == value);
+        let tables: Vec<TableListing> = self
+            .tables()
+            .await?
+            .into_iter()
+            .filter(|t| {
+                t.name == query.table && matches(&query.catalog, CATALOG_NAME) && matches(&query.db_schema, &t.schema)
+            })
+            .collect();
+        let schema = primary_keys_schema();
+        let keys: Vec<(&TableListing, usize, &String)> =
+            tables.iter().flat_map(|t| t.primary_key.iter().enumerate().map(move |(i, c)| (t, i, c))).collect();
+        let strings = |f: &dyn Fn(&(&TableListing, usize, &String)) -> String| -> ArrayRef {
+            Arc::new(StringArray::from(keys.iter().map(f).collect::<Vec<_>>()))
+        };
+        let columns = vec![
+            strings(&|_| CATALOG_NAME.to_string()),
+            strings(&|(t, _, _)| t.schema.clone()),
+            strings(&|(t, _, _)| t.name.clone()),
+            strings(&|(_, _, c)| c.to_string()),
+            strings(&|_| "primary_key".to_string()),
+            Arc::new(Int32Array::from(keys.iter().map(|(_, i, _)| *i as i32 + 1).collect::<Vec<_>>())) as ArrayRef,
+        ];
+        let batch = RecordBatch::try_new(schema.clone(), columns);
+        Ok(Response::new(one_batch(schema, batch)))
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder(&self.type_info).schema();
+        Ok(Response::new(command_info(query.as_any(), &schema, request.into_inner())?))
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let builder = query.into_builder(&self.type_info);
+        let schema = builder.schema();
+        Ok(Response::new(one_batch(schema, builder.build())))
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
