@@ -4,6 +4,7 @@ ADBC's Flight SQL driver (the Go driver in its wheel) and pyarrow.flight. ClickH
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
+import pyarrow
 import pyarrow.flight
 import pytest
 from harness import Oracle
@@ -176,14 +177,18 @@ def test_catalog_metadata_lists_tables_with_schemas_and_keys(node):
         ("orders", "region", 1), ("orders", "id", 2)]
 
 
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
 def protobuf_field(number, data: bytes) -> bytes:
     """A length-delimited protobuf field."""
-    out, length = bytearray([number << 3 | 2]), len(data)
-    while True:
-        byte, length = length & 0x7F, length >> 7
-        out.append(byte | (0x80 if length else 0))
-        if not length:
-            return bytes(out) + data
+    return varint(number << 3 | 2) + varint(len(data)) + data
 
 
 def flight_sql_command(name, string_fields):
@@ -200,3 +205,60 @@ def test_type_info_lists_clickhouse_types(node):
     assert {"UInt64", "Int32", "String", "DateTime64", "Decimal"} <= set(types)
     assert types["UInt64"]["unsigned_attribute"] is True
     assert types["String"]["literal_prefix"] == "'"
+
+
+def ingest_command(table, token=None):
+    """CommandStatementIngest in append mode (if_not_exist FAIL, if_exists APPEND)."""
+    message = protobuf_field(1, b"\x08\x02\x10\x02") + protobuf_field(2, table.encode())
+    if token:
+        entry = protobuf_field(1, b"insert_deduplication_token") + protobuf_field(2, token.encode())
+        message += protobuf_field(1000, entry)
+    name = b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementIngest"
+    return protobuf_field(1, name) + protobuf_field(2, message)
+
+
+def test_bulk_ingest_goes_through_the_insert_path(node):
+    rows = pyarrow.table({"k": pyarrow.array(range(2_500_000), pyarrow.uint64()),
+                          "v": pyarrow.array([i % 7 for i in range(2_500_000)], pyarrow.int64())})
+    # Batches of 100k rows: a gRPC message of the client is at most 16 MiB.
+    rows = pyarrow.Table.from_batches(rows.to_batches(max_chunksize=100_000))
+    with connect(node) as conn, conn.cursor() as cursor:
+        # As in ClickHouse, a non-replicated table deduplicates within its window only.
+        cursor.execute("CREATE TABLE t (k UInt64, v Int64, s String DEFAULT 'd') ENGINE = MergeTree ORDER BY k "
+                       "SETTINGS non_replicated_deduplication_window = 100")
+        cursor.execute("SYSTEM STOP MERGES t")
+        # ADBC's adbc_ingest: append to the existing table; columns by name, the rest DEFAULT.
+        assert cursor.adbc_ingest("t", rows, mode="append") == 2_500_000
+        assert rows_of(cursor, "SELECT count(), sum(v), min(s), max(s) FROM t") == [(2_500_000, sum(i % 7 for i in range(2_500_000)), "d", "d")]
+        # Blocks of max_insert_block_size rows, cut from the row stream.
+        assert rows_of(cursor, "SELECT count() FROM system.parts WHERE table = 't' AND active") == [(3,)]
+        # Creating a table from an Arrow schema is refused with the reason; so is a missing table.
+        with pytest.raises(adbc_driver_manager.Error) as failure:
+            cursor.adbc_ingest("fresh", rows.slice(0, 10), mode="create")
+        assert "CREATE TABLE" in str(failure.value)
+        with pytest.raises(adbc_driver_manager.Error) as failure:
+            cursor.adbc_ingest("missing", rows.slice(0, 10), mode="append")
+        assert "missing" in str(failure.value)
+        with pytest.raises(adbc_driver_manager.Error) as failure:
+            cursor.adbc_ingest("t", pyarrow.table({"nope": [1]}), mode="append")
+        assert "nope" in str(failure.value)
+
+    # A DoPut retried with the same token inserts nothing the second time.
+    client = pyarrow.flight.FlightClient(node.flight_uri)
+    small = rows.slice(0, 1000)
+
+    def put(token, chunk):
+        descriptor = pyarrow.flight.FlightDescriptor.for_command(ingest_command("t", token=token))
+        writer, _ = client.do_put(descriptor, small.schema)
+        writer.write_table(small, max_chunksize=chunk)
+        writer.close()
+
+    with connect(node) as conn, conn.cursor() as cursor:
+        put("batch-42", 100)
+        assert rows_of(cursor, "SELECT count() FROM t") == [(2_501_000,)]
+        # The retry, batched differently: the blocks are cut the same, and deduplicated.
+        put("batch-42", 333)
+        assert rows_of(cursor, "SELECT count() FROM t") == [(2_501_000,)]
+        # The same rows under another token are another insert (the token, not the data, decides).
+        put("batch-43", 1000)
+        assert rows_of(cursor, "SELECT count() FROM t") == [(2_502_000,)]

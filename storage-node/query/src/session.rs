@@ -34,7 +34,7 @@ use crate::sql::statement::{parse_statement, Insert, InsertSource, PartitionSpec
 /// The one catalog (ClickHouse has none; its databases are the catalog's schemas).
 pub const CATALOG_NAME: &str = "mergestream";
 /// ClickHouse's `max_insert_block_size`: an INSERT … SELECT makes a part per this many rows.
-const MAX_INSERT_BLOCK_ROWS: usize = 1_048_449;
+pub const MAX_INSERT_BLOCK_ROWS: usize = 1_048_449;
 
 /// Session settings (`SET`, or `SETTINGS` on a query) that change what statements do.
 const KNOWN_SETTINGS: &[&str] = &[

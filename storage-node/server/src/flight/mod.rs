@@ -8,6 +8,7 @@
 //! way, and its ticket then streams no rows. CommandStatementUpdate runs any statement and
 //! answers how many rows it wrote (-1 where it wrote none: DoPutUpdateResult's "unknown").
 
+mod ingest;
 mod type_info;
 
 use std::collections::HashMap;
@@ -26,7 +27,8 @@ use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
     CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
-    CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
 };
 use arrow_flight::{Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket};
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -366,6 +368,14 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         self.update(update.query).await
+    }
+
+    async fn do_put_statement_ingest(
+        &self,
+        command: CommandStatementIngest,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        ingest::ingest(&self.catalog, command, request.into_inner()).await
     }
 
     async fn do_put_prepared_statement_update(
