@@ -262,3 +262,25 @@ def test_bulk_ingest_goes_through_the_insert_path(node):
         # The same rows under another token are another insert (the token, not the data, decides).
         put("batch-43", 1000)
         assert rows_of(cursor, "SELECT count() FROM t") == [(2_502_000,)]
+
+
+def test_prepared_statements_bind_parameters(node):
+    with connect(node) as conn, conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (k UInt64, s String, d Date) ENGINE = ReplacingMergeTree ORDER BY k")
+        # executemany: the statement runs once per row of values.
+        cursor.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                           [(1, "it's", "2026-01-02"), (2, "back\\slash", "2026-02-03"), (1, "new", "2026-03-04")])
+        assert rows_of(cursor, "SELECT k, s, toString(d) FROM t FINAL ORDER BY k") == [
+            (1, "new", "2026-03-04"), (2, "back\\slash", "2026-02-03")]
+        # A query with bound values; the same prepared statement again with others.
+        assert rows_of_bound(cursor, "SELECT s FROM t FINAL WHERE k = ?", (2,)) == [("back\\slash",)]
+        assert rows_of_bound(cursor, "SELECT s FROM t FINAL WHERE k = ?", (1,)) == [("new",)]
+        assert rows_of_bound(cursor, "SELECT count() FROM t WHERE s = ? OR k > ?", ("it's", 1)) == [(2,)]
+        with pytest.raises(adbc_driver_manager.Error) as failure:
+            cursor.execute("SELECT ? + ?", (1,))
+        assert "placeholders" in str(failure.value)
+
+
+def rows_of_bound(cursor, sql, values):
+    cursor.execute(sql, values)
+    return [tuple(row) for row in cursor.fetchall()]

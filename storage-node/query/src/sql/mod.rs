@@ -6,6 +6,7 @@ pub mod ddl;
 mod fuzz;
 pub mod lexer;
 pub mod limits;
+pub mod parameters;
 pub mod rewrite;
 pub mod statement;
 

@@ -16,8 +16,9 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{ArrayRef, Int32Array, RecordBatch, StringArray};
+use arrow::array::{ArrayRef, Int32Array, NullArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
@@ -27,8 +28,8 @@ use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
     CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
-    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult,
+    ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket};
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -37,6 +38,7 @@ use mergestream_engine::Catalog;
 use mergestream_query::error::ErrorKind;
 use mergestream_query::exec::catalog::{list_tables, TableListing};
 use mergestream_query::session::{only_statement, Outcome, CATALOG_NAME};
+use mergestream_query::sql::parameters::{bind, placeholders};
 use mergestream_query::{OutputFormat, QueryError, Session};
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -68,8 +70,13 @@ const TABLE_TYPES: [&str; 2] = ["SYSTEM TABLE", "TABLE"];
 #[derive(Clone)]
 struct Prepared {
     sql: String,
-    /// `None`: a statement that returns no rows.
+    /// `None`: a statement that returns no rows. Only for a statement without placeholders:
+    /// one with them is described again once its values are bound.
     schema: Option<SchemaRef>,
+    /// How many `?` the statement has.
+    placeholders: usize,
+    /// The values last bound (DoPut of CommandPreparedStatementQuery): one row for a query.
+    parameters: Option<RecordBatch>,
 }
 
 /// What a ticket asks DoGet for.
@@ -184,10 +191,61 @@ impl FlightSqlServer {
             .map_err(|e| status_of(e.into()))
     }
 
+    /// Keeps the values a client bound to a prepared statement.
+    fn bind(&self, handle: &[u8], parameters: RecordBatch) -> Result<(), Status> {
+        let mut statements = self.prepared.lock().map_err(|_| Status::internal("the prepared statements' lock"))?;
+        let prepared =
+            statements.get_mut(handle).ok_or_else(|| Status::not_found("no such prepared statement (closed?)"))?;
+        prepared.parameters = Some(parameters);
+        Ok(())
+    }
+
     fn prepared(&self, handle: &[u8]) -> Result<Prepared, Status> {
         let statements = self.prepared.lock().map_err(|_| Status::internal("the prepared statements' lock"))?;
         statements.get(handle).cloned().ok_or_else(|| Status::not_found("no such prepared statement (closed?)"))
     }
+}
+
+impl Prepared {
+    /// The statement to run as a query: with its placeholders bound to the one row of values.
+    fn query_sql(&self) -> Result<String, Status> {
+        if self.placeholders == 0 {
+            return Ok(self.sql.clone());
+        }
+        match &self.parameters {
+            Some(values) if values.num_rows() == 1 => bind(&self.sql, values, 0).map_err(status_of),
+            Some(values) => Err(Status::invalid_argument(format!(
+                "a query takes one row of parameter values, and {} were bound",
+                values.num_rows()
+            ))),
+            None => Err(Status::invalid_argument(format!(
+                "the statement has {} placeholders and no values were bound",
+                self.placeholders
+            ))),
+        }
+    }
+}
+
+/// One row of NULLs for `count` placeholders, named `1`… as the parameter schema names them.
+fn null_parameters(count: usize) -> RecordBatch {
+    let fields: Vec<Field> = (1..=count).map(|i| Field::new(i.to_string(), DataType::Null, true)).collect();
+    let columns: Vec<ArrayRef> = (0..count).map(|_| Arc::new(NullArray::new(1)) as ArrayRef).collect();
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(1));
+    // The columns are made for the fields: it cannot fail.
+    RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options)
+        .unwrap_or_else(|e| panic!("the NULL parameters: {e}"))
+}
+
+/// The rows of parameter values a DoPut sends.
+async fn parameter_rows(data: PeekableFlightDataStream) -> Result<RecordBatch, Status> {
+    let batches: Vec<RecordBatch> =
+        FlightRecordBatchStream::new_from_flight_data(data.map_err(|e| FlightError::Tonic(Box::new(e))))
+            .try_collect()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("the parameter values: {e}")))?;
+    let Some(first) = batches.first() else { return Ok(RecordBatch::new_empty(Arc::new(Schema::empty()))) };
+    arrow::compute::concat_batches(&first.schema(), &batches)
+        .map_err(|e| Status::invalid_argument(format!("the parameter values: {e}")))
 }
 
 /// Plans `sql`, sends its schema (or why it failed), then its batches until the client goes.
@@ -337,10 +395,10 @@ impl FlightSqlService for FlightSqlServer {
     ) -> Result<Response<FlightInfo>, Status> {
         let prepared = self.prepared(&query.prepared_statement_handle)?;
         let descriptor = request.into_inner();
-        let info = match prepared.schema {
+        let info = match (&prepared.schema, prepared.placeholders) {
             // Described when it was prepared: its rows are read at DoGet.
-            Some(schema) => info_of(&schema, TicketBody::Rows(prepared.sql).encode(), descriptor)?,
-            None => self.flight_info(prepared.sql, descriptor).await?,
+            (Some(schema), 0) => info_of(schema, TicketBody::Rows(prepared.sql).encode(), descriptor)?,
+            _ => self.flight_info(prepared.query_sql()?, descriptor).await?,
         };
         Ok(Response::new(info))
     }
@@ -359,7 +417,17 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let prepared = self.prepared(&query.prepared_statement_handle)?;
-        self.rows(TicketBody::Rows(prepared.sql)).await
+        self.rows(TicketBody::Rows(prepared.query_sql()?)).await
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let parameters = parameter_rows(request.into_inner()).await?;
+        self.bind(&query.prepared_statement_handle, parameters)?;
+        Ok(DoPutPreparedStatementResult { prepared_statement_handle: Some(query.prepared_statement_handle) })
     }
 
     async fn do_put_statement_update(
@@ -381,10 +449,23 @@ impl FlightSqlService for FlightSqlServer {
     async fn do_put_prepared_statement_update(
         &self,
         query: CommandPreparedStatementUpdate,
-        _request: Request<PeekableFlightDataStream>,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let prepared = self.prepared(&query.prepared_statement_handle)?;
-        self.update(prepared.sql).await
+        let parameters = parameter_rows(request.into_inner()).await?;
+        if prepared.placeholders == 0 {
+            return self.update(prepared.sql).await;
+        }
+        // Once per row of values, as JDBC's executeBatch and ADBC's executemany mean it.
+        let mut written = -1;
+        for row in 0..parameters.num_rows() {
+            let sql = bind(&prepared.sql, &parameters, row).map_err(status_of)?;
+            let rows = self.update(sql).await?;
+            if rows >= 0 {
+                written = written.max(0) + rows;
+            }
+        }
+        Ok(written)
     }
 
     async fn do_action_create_prepared_statement(
@@ -393,11 +474,18 @@ impl FlightSqlService for FlightSqlServer {
         _request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let sql = query.query;
-        let described = sql.clone();
+        let placeholders = placeholders(&sql).map_err(status_of)?.len();
+        // With placeholders: described with NULL bound to each, for the names and what types
+        // it can; a statement that does not plan so is described again once bound.
+        let nulls = null_parameters(placeholders);
+        let described = bind(&sql, &nulls, 0).map_err(status_of)?;
         let schema = self
             .on_query_runtime(move |session: Session| async move {
                 let (start, end) = only_statement(&described).map_err(status_of)?;
-                session.describe(&described, start, end).await.map_err(status_of)
+                match session.describe(&described, start, end).await {
+                    Err(_) if placeholders > 0 => Ok(Some(Arc::new(Schema::empty()))),
+                    described => described.map_err(status_of),
+                }
             })
             .await?;
         let dataset_schema = schema_bytes(schema.as_deref().unwrap_or(&Schema::empty()))?;
@@ -409,12 +497,12 @@ impl FlightSqlService for FlightSqlServer {
                     "{MAX_PREPARED} prepared statements are open: close some first"
                 )));
             }
-            statements.insert(handle.clone(), Prepared { sql, schema });
+            statements.insert(handle.clone(), Prepared { sql, schema, placeholders, parameters: None });
         }
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into(),
             dataset_schema,
-            parameter_schema: schema_bytes(&Schema::empty())?,
+            parameter_schema: schema_bytes(&nulls.schema())?,
         })
     }
 
