@@ -7,6 +7,7 @@ import adbc_driver_manager
 import pyarrow
 import pyarrow.flight
 import pytest
+from conftest import StorageNode, free_port, port_open, wait_until
 from harness import Oracle
 
 ENGINES = {
@@ -284,3 +285,67 @@ def test_prepared_statements_bind_parameters(node):
 def rows_of_bound(cursor, sql, values):
     cursor.execute(sql, values)
     return [tuple(row) for row in cursor.fetchall()]
+
+
+def sha256(text):
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def secured(tmp_path):
+    """A storage node whose Flight SQL has a writer and a read-only user."""
+    config = tmp_path / "serve.toml"
+    config.write_text(f"""
+[[users]]
+name = "writer"
+password_sha256_hex = "{sha256('w-secret')}"
+
+[[users]]
+name = "reader"
+password_sha256_hex = "{sha256('r-secret')}"
+readonly = true
+""")
+    port = free_port()
+    node = StorageNode(tmp_path, None, extra_args=["--flight-addr", f"127.0.0.1:{port}", "--config", str(config)])
+    node.start()
+    wait_until(lambda: port_open(port), 30, "the Flight SQL port")
+    node.flight_uri = f"grpc://127.0.0.1:{port}"
+    yield node
+    node.kill()
+
+
+def connect_as(node, user, password):
+    return flightsql.connect(node.flight_uri, db_kwargs={"username": user, "password": password}, autocommit=True)
+
+
+def test_users_authenticate_and_a_reader_cannot_write(secured):
+    with connect_as(secured, "writer", "w-secret") as conn, conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (k UInt64) ENGINE = MergeTree ORDER BY k")
+        cursor.execute("INSERT INTO t VALUES (1), (2)")
+    with connect_as(secured, "reader", "r-secret") as conn, conn.cursor() as cursor:
+        assert rows_of(cursor, "SELECT count() FROM t") == [(2,)]
+        for sql in ["INSERT INTO t VALUES (3)", "DROP TABLE t", "OPTIMIZE TABLE t FINAL"]:
+            with pytest.raises(adbc_driver_manager.Error) as failure:
+                cursor.execute(sql)
+            assert "read-only" in str(failure.value), sql
+        with pytest.raises(adbc_driver_manager.Error) as failure:
+            cursor.adbc_ingest("t", pyarrow.table({"k": pyarrow.array([9], pyarrow.uint64())}), mode="append")
+        assert "read-only" in str(failure.value)
+        assert rows_of(cursor, "SELECT count() FROM t") == [(2,)]
+    for user, password in [("writer", "wrong"), ("nobody", "x")]:
+        with pytest.raises(adbc_driver_manager.Error) as failure:
+            with connect_as(secured, user, password) as conn, conn.cursor() as cursor:
+                cursor.execute("SELECT 1")
+        assert "UNAUTHENTICATED" in str(failure.value) or "wrong user name" in str(failure.value)
+    # Without credentials nothing is answered, not even metadata.
+    client = pyarrow.flight.FlightClient(secured.flight_uri)
+    with pytest.raises(pyarrow.flight.FlightUnauthenticatedError):
+        client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
+            flight_sql_command("CommandGetXdbcTypeInfo", [])))
+    # pyarrow's own Basic handshake gets a bearer token that later calls carry.
+    header = client.authenticate_basic_token("reader", "r-secret")
+    options = pyarrow.flight.FlightCallOptions(headers=[header])
+    info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
+        flight_sql_command("CommandGetXdbcTypeInfo", [])), options)
+    assert client.do_get(info.endpoints[0].ticket, options).read_all().num_rows > 0

@@ -8,6 +8,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use coordinator_client::{KeeperAccess, TlsSettings};
+
+use crate::flight::auth::UserConfig;
 use serde::Deserialize;
 
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:9100";
@@ -34,6 +36,9 @@ pub struct ServeFile {
     pub macros: BTreeMap<String, String>,
     #[serde(default)]
     pub coordinator_tls: TlsSettings,
+    /// The users of the Flight SQL service (open to anyone when there are none).
+    #[serde(default)]
+    pub users: Vec<UserConfig>,
 }
 
 impl ServeFile {
@@ -64,6 +69,8 @@ pub struct ServeConfig {
     pub replica: Option<String>,
     pub interserver_addr: Option<String>,
     pub macros: BTreeMap<String, String>,
+    /// Flight SQL's users (the file only: passwords stay out of command lines).
+    pub users: Vec<UserConfig>,
 }
 
 /// What the command line gave (`None`: not given).
@@ -110,12 +117,14 @@ impl ServeConfig {
             replica: flags.replica.or(file.replica),
             interserver_addr: flags.interserver_addr.or(file.interserver_addr),
             macros,
+            users: file.users,
         };
         config.validate()?;
         Ok(config)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        UserConfig::validate(&self.users).map_err(ConfigError::Invalid)?;
         if self.session_timeout_ms == 0 {
             return Err(ConfigError::Invalid("session_timeout_ms must be above 0".into()));
         }
@@ -164,7 +173,15 @@ pub fn example() -> String {
          [macros]\n\
          # shard = \"01\"\n\
          \n\
-         {tls}",
+         {tls}\
+         \n\
+         # The users of Flight SQL (flight_addr), one [[users]] table each. With none, anyone may\n\
+         # connect and write. password_sha256_hex: `echo -n PASSWORD | sha256sum`. readonly: every\n\
+         # statement that writes is refused (PERMISSION_DENIED).\n\
+         # [[users]]\n\
+         # name = \"analyst\"\n\
+         # password_sha256_hex = \"<64 hex digits>\"\n\
+         # readonly = false\n",
         identity = coordinator_client::access::EXAMPLE_IDENTITY,
         tls = coordinator_client::access::EXAMPLE_TLS,
     )

@@ -335,14 +335,26 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         if let Some(addr) = args.flight_addr {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-            tracing::info!(%addr, "serving Arrow Flight SQL");
-            let service = flight::FlightSqlServer::new(catalog.clone(), query_handle.clone());
+            let users = flight::auth::Users::new(&args.users);
+            if users.is_open() {
+                tracing::warn!(
+                    %addr,
+                    "Arrow Flight SQL is OPEN: no [[users]] in the config file, so anyone who reaches this port may \
+                     read and write every table"
+                );
+            } else {
+                tracing::info!(%addr, users = args.users.len(), "serving Arrow Flight SQL");
+            }
+            let service = flight::FlightSqlServer::new(catalog.clone(), query_handle.clone(), users.clone());
+            // Every call, the handshake included, is checked before a handler runs.
+            let service = tonic::service::interceptor::InterceptedService::new(
+                arrow_flight::flight_service_server::FlightServiceServer::new(service)
+                    .max_decoding_message_size(256 << 20),
+                move |request| users.check(request),
+            );
             tokio::spawn(async move {
                 let served = tonic::transport::Server::builder()
-                    .add_service(
-                        arrow_flight::flight_service_server::FlightServiceServer::new(service)
-                            .max_decoding_message_size(256 << 20),
-                    )
+                    .add_service(service)
                     .serve_with_incoming(without_nagle(listener))
                     .await;
                 if let Err(e) = served {

@@ -8,6 +8,7 @@
 //! way, and its ticket then streams no rows. CommandStatementUpdate runs any statement and
 //! answers how many rows it wrote (-1 where it wrote none: DoPutUpdateResult's "unknown").
 
+pub mod auth;
 mod ingest;
 mod type_info;
 
@@ -31,7 +32,11 @@ use arrow_flight::sql::{
     CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult,
     ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
-use arrow_flight::{Action, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, SchemaAsIpc, Ticket};
+use arrow_flight::{
+    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc,
+    Ticket,
+};
+use auth::{Identity, Users};
 use futures::{Stream, StreamExt, TryStreamExt};
 use mergestream_engine::catalog::DATABASE;
 use mergestream_engine::Catalog;
@@ -61,6 +66,7 @@ pub struct FlightSqlServer {
     next_handle: AtomicU64,
     sql_info: SqlInfoData,
     type_info: XdbcTypeInfoData,
+    users: Arc<Users>,
 }
 
 /// GetTableTypes: what GetTables' `table_type` holds.
@@ -107,7 +113,7 @@ impl TicketBody {
 }
 
 impl FlightSqlServer {
-    pub fn new(catalog: Arc<Catalog>, queries: tokio::runtime::Handle) -> FlightSqlServer {
+    pub fn new(catalog: Arc<Catalog>, queries: tokio::runtime::Handle, users: Arc<Users>) -> FlightSqlServer {
         FlightSqlServer {
             catalog,
             queries,
@@ -115,6 +121,7 @@ impl FlightSqlServer {
             next_handle: AtomicU64::new(1),
             sql_info: sql_info(),
             type_info: type_info::type_info(),
+            users,
         }
     }
 
@@ -134,13 +141,19 @@ impl FlightSqlServer {
 
     /// A query's FlightInfo: its schema and a ticket for its rows; a statement that returns
     /// no rows runs now.
-    async fn flight_info(&self, sql: String, descriptor: FlightDescriptor) -> Result<FlightInfo, Status> {
+    async fn flight_info(
+        &self,
+        sql: String,
+        descriptor: FlightDescriptor,
+        caller: Identity,
+    ) -> Result<FlightInfo, Status> {
         let (schema, ticket) = self
             .on_query_runtime(move |mut session: Session| async move {
                 let (start, end) = only_statement(&sql).map_err(status_of)?;
                 match session.describe(&sql, start, end).await.map_err(status_of)? {
                     Some(schema) => Ok((schema, TicketBody::Rows(sql))),
                     None => {
+                        caller.may_write()?;
                         session.plan(&sql, start, end).await.map_err(status_of)?;
                         Ok((Arc::new(Schema::empty()), TicketBody::Nothing))
                     }
@@ -166,9 +179,14 @@ impl FlightSqlServer {
     }
 
     /// Runs a statement for its effect; how many rows it wrote, -1 where that is not a count.
-    async fn update(&self, sql: String) -> Result<i64, Status> {
+    async fn update(&self, sql: String, caller: &Identity) -> Result<i64, Status> {
+        let caller = caller.clone();
         self.on_query_runtime(move |mut session: Session| async move {
             let (start, end) = only_statement(&sql).map_err(status_of)?;
+            // Only a statement that returns rows reads and nothing else.
+            if session.describe(&sql, start, end).await.map_err(status_of)?.is_none() {
+                caller.may_write()?;
+            }
             match session.plan(&sql, start, end).await.map_err(status_of)? {
                 Outcome::Done { rows_written: Some(rows) } => Ok(rows as i64),
                 Outcome::Done { rows_written: None } => Ok(-1),
@@ -380,12 +398,29 @@ fn sql_info() -> SqlInfoData {
 impl FlightSqlService for FlightSqlServer {
     type FlightService = FlightSqlServer;
 
+    async fn do_handshake(
+        &self,
+        request: Request<tonic::Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>, Status> {
+        let caller = Identity::of(&request);
+        let reply = futures::stream::iter([Ok(HandshakeResponse::default())]);
+        let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> = Response::new(Box::pin(reply));
+        if !self.users.is_open() {
+            // The interceptor checked the credentials: the caller is one of the users.
+            let token = self.users.issue(caller)?;
+            let value = format!("Bearer {token}").parse().map_err(|_| Status::internal("the token's header"))?;
+            response.metadata_mut().insert("authorization", value);
+        }
+        Ok(response)
+    }
+
     async fn get_flight_info_statement(
         &self,
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        Ok(Response::new(self.flight_info(query.query, request.into_inner()).await?))
+        let caller = Identity::of(&request);
+        Ok(Response::new(self.flight_info(query.query, request.into_inner(), caller).await?))
     }
 
     async fn get_flight_info_prepared_statement(
@@ -394,11 +429,12 @@ impl FlightSqlService for FlightSqlServer {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let prepared = self.prepared(&query.prepared_statement_handle)?;
+        let caller = Identity::of(&request);
         let descriptor = request.into_inner();
         let info = match (&prepared.schema, prepared.placeholders) {
             // Described when it was prepared: its rows are read at DoGet.
             (Some(schema), 0) => info_of(schema, TicketBody::Rows(prepared.sql).encode(), descriptor)?,
-            _ => self.flight_info(prepared.query_sql()?, descriptor).await?,
+            _ => self.flight_info(prepared.query_sql()?, descriptor, caller).await?,
         };
         Ok(Response::new(info))
     }
@@ -433,9 +469,9 @@ impl FlightSqlService for FlightSqlServer {
     async fn do_put_statement_update(
         &self,
         update: CommandStatementUpdate,
-        _request: Request<PeekableFlightDataStream>,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        self.update(update.query).await
+        self.update(update.query, &Identity::of(&request)).await
     }
 
     async fn do_put_statement_ingest(
@@ -443,6 +479,7 @@ impl FlightSqlService for FlightSqlServer {
         command: CommandStatementIngest,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
+        Identity::of(&request).may_write()?;
         ingest::ingest(&self.catalog, command, request.into_inner()).await
     }
 
@@ -452,15 +489,16 @@ impl FlightSqlService for FlightSqlServer {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let prepared = self.prepared(&query.prepared_statement_handle)?;
+        let caller = Identity::of(&request);
         let parameters = parameter_rows(request.into_inner()).await?;
         if prepared.placeholders == 0 {
-            return self.update(prepared.sql).await;
+            return self.update(prepared.sql, &caller).await;
         }
         // Once per row of values, as JDBC's executeBatch and ADBC's executemany mean it.
         let mut written = -1;
         for row in 0..parameters.num_rows() {
             let sql = bind(&prepared.sql, &parameters, row).map_err(status_of)?;
-            let rows = self.update(sql).await?;
+            let rows = self.update(sql, &caller).await?;
             if rows >= 0 {
                 written = written.max(0) + rows;
             }
