@@ -269,7 +269,7 @@ def wait_for_rows(storage, table, n, timeout=120):
         try:
             return table_state(storage, table)[0] >= n
         except AssertionError as e:  # the ingestor has not created the table yet
-            if "not found" in str(e):
+            if "does not exist" in str(e):
                 return False
             raise
     wait_until(enough, timeout, f"{n} rows in {table}")
