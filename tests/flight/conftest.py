@@ -8,14 +8,8 @@ sys.path.insert(0, str(HERE.parent / "ingestor"))
 sys.path.insert(0, str(HERE.parent / "coordinator"))
 sys.path.insert(0, str(HERE.parent))
 
-from ingest_services import Process, StorageNode, free_port, port_open, wait_until  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def kill_leftovers():
-    count = len(Process.started)
-    yield
-    Process.kill_started_since(count)
+from ingest_services import StorageNode, free_port, port_open, wait_until  # noqa: E402
+from ingest_services import kill_leftovers  # noqa: E402,F401  (autouse, for every test here)
 
 
 @pytest.fixture

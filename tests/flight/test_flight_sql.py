@@ -7,8 +7,7 @@ import adbc_driver_manager
 import pyarrow
 import pyarrow.flight
 import pytest
-from conftest import StorageNode, free_port, port_open, wait_until
-from harness import Oracle
+from ingest_services import StorageNode, free_port, port_open, wait_until
 
 ENGINES = {
     "ReplacingMergeTree": "ReplacingMergeTree(ver)",
@@ -24,11 +23,6 @@ SYSTEM STOP MERGES t;
 INSERT INTO t VALUES (1, 10, 1, 1), (2, 20, 1, 1), (3, 30, 1, 1);
 INSERT INTO t VALUES (1, 10, 1, -1), (1, 11, 2, 1), (2, 5, 2, 1);
 """
-
-
-@pytest.fixture(scope="module")
-def oracle():
-    return Oracle()
 
 
 def connect(node):

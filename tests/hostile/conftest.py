@@ -8,14 +8,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "ingestor"))
 sys.path.insert(0, str(HERE.parent / "coordinator"))
 
-from ingest_services import CoordinatorNode, Process, StorageNode  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def kill_leftovers():
-    count = len(Process.started)
-    yield
-    Process.kill_started_since(count)
+from ingest_services import CoordinatorNode, StorageNode  # noqa: E402
+from ingest_services import kill_leftovers  # noqa: E402,F401  (autouse, for every test here)
 
 
 @pytest.fixture

@@ -6,21 +6,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ingest_services import INGESTOR_BIN, CoordinatorNode, NatsServer, Process, StorageNode, Tansu  # noqa: E402
+from ingest_services import INGESTOR_BIN, CoordinatorNode, NatsServer, StorageNode, Tansu  # noqa: E402
+from ingest_services import kill_leftovers  # noqa: E402,F401  (autouse, for every test here)
 
 
 def pytest_collection_modifyitems(config, items):
     if not INGESTOR_BIN.exists():
         raise pytest.UsageError(f"{INGESTOR_BIN} is missing: build it with `cargo build --bin ingestor`")
-
-
-@pytest.fixture(autouse=True)
-def kill_leftovers():
-    """A test that fails before it stops its ingestors would leave them running after pytest.
-    Session services (the broker, NATS) start before this fixture does, and stay."""
-    count = len(Process.started)
-    yield
-    Process.kill_started_since(count)
 
 
 @pytest.fixture(scope="session")

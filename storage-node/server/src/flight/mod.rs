@@ -311,16 +311,10 @@ fn encode(schema: SchemaRef, batches: impl Stream<Item = Result<RecordBatch, Sta
 
 fn info_of(schema: &Schema, ticket: Vec<u8>, descriptor: FlightDescriptor) -> Result<FlightInfo, Status> {
     let ticket = TicketStatementQuery { statement_handle: ticket.into() };
-    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
-    Ok(FlightInfo::new()
-        .try_with_schema(schema)
-        .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))?
-        .with_endpoint(endpoint)
-        .with_descriptor(descriptor)
-        .with_ordered(true))
+    Ok(command_info(ticket.as_any(), schema, descriptor)?.with_ordered(true))
 }
 
-/// The FlightInfo of a metadata command: its ticket is the command itself.
+/// The FlightInfo whose ticket is `command` (a metadata command itself, or a statement's ticket).
 fn command_info(
     command: arrow_flight::sql::Any,
     schema: &Schema,
