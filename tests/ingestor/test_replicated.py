@@ -278,6 +278,56 @@ def test_a_retried_quorum_block_found_committed_waits_for_the_quorum_of_its_part
             replica.kill()
 
 
+def test_a_block_committed_before_a_crash_survives_its_offset_moving_on_through_another_replica(
+        tmp_path, broker, keeper, kazoo, topic):
+    """r1 commits a block (part node, dedup node and offset in one multi) and dies before its
+    part is active. The ingestor goes on through r2: the retried block is a duplicate, the
+    next block moves the offset node to r2's attempt. When r1 starts again its prepared
+    insert is no longer the one the offset names, but the coordinator lists the part as r1's:
+    it is activated, and r2 fetches it. (Dropping it lost the only copy: r2 found no replica
+    with the part and declared it lost forever.)"""
+    table = "repmoved"
+    r1 = quorum_replica(tmp_path, keeper, "r1")
+    r1.env = {"MERGESTREAM_FAILPOINTS": "after-commit-before-activation"}
+    r1.start()
+    r2 = quorum_replica(tmp_path, keeper, "r2").start()
+    try:
+        ddl = (f"CREATE TABLE {table} (id UInt64, v UInt64, who String, p UInt32, o UInt64) "
+               f"ENGINE = {ENGINE} ORDER BY id {KEEP_LOG}")
+        for replica in (r1, r2):
+            replica.query(ddl)
+        broker.create_topic(topic, 1)
+
+        def batch(ids):
+            return [(0, b"k", json.dumps({"id": i, "payload": {"v": i}}).encode(), None) for i in ids]
+
+        broker.produce(topic, batch(range(300)))
+        pipeline = write_pipeline(tmp_path / "p.yaml", broker, topic, table, engine=ENGINE, settings=KEEP_LOG,
+                                  batch="{ max_rows: 300, max_ms: 60000 }")
+        ingestor = Ingestor(tmp_path, pipeline, [r1, r2], keeper.hosts).start()
+        wait_until(lambda: not r1.alive(), 60, "r1 died at the failpoint, after the commit")
+        first = json.loads(kazoo.get(f"/mergestream/pipelines/{table}/offsets/{table}/{topic}/0")[0])
+        assert first["next"] == 300
+        broker.produce(topic, batch(range(300, 600)))
+        wait_until(lambda: offsets(kazoo, table, table, topic) == {0: 600}, 60, "the next block, through r2")
+        moved = json.loads(kazoo.get(f"/mergestream/pipelines/{table}/offsets/{table}/{topic}/0")[0])
+        assert moved["attempt"] != first["attempt"], "the offset node names r2's attempt now"
+
+        r1.env = {"MERGESTREAM_LOG": "info"}
+        r1.start()
+        assert "committed=true" in open(r1.log_path).read(), "r1 resolved its prepared insert as committed"
+        for replica in (r1, r2):
+            replica.query(f"SYSTEM SYNC REPLICA {table}")
+            wait_for_rows(replica, table, 600)
+            assert table_state(replica, table) == (600, 600, sum(range(600)))
+        for replica in (r1, r2):
+            assert "lost forever" not in open(replica.log_path).read()
+        assert ingestor.terminate() == 0, ingestor.output()
+    finally:
+        r1.kill()
+        r2.kill()
+
+
 def serving_node(process, nodes):
     """The coordinator node a process's session is on now, from its last connect log line."""
     ports = re.findall(r"succeeds to establish session to tcp://127\.0\.0\.1:(\d+)", process.output())

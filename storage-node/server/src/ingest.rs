@@ -212,11 +212,15 @@ impl IngestService {
         let pending: PendingCommit = serde_json::from_str(&p.record.context)
             .map_err(|e| Unresolved::Kept(format!("its record of the offset commit cannot be read: {e}")))?;
         validate_node_path(&pending.path).map_err(|e| Unresolved::Kept(format!("its offset path is invalid: {e}")))?;
-        let committed = match read_offset(coordinator, &pending.path).await {
+        let offset_names_it = match read_offset(coordinator, &pending.path).await {
             Ok(current) => current.is_some_and(|(record, _)| record.attempt == pending.attempt),
             Err(e) if e.is_transient() => return Err(Unresolved::Coordinator(e.to_string())),
             Err(e) => return Err(Unresolved::Kept(e.to_string())),
         };
+        // The offset node moves on when the writer fails over to another replica: then the
+        // table's own record (this replica's part node) says whether the commit happened.
+        let committed =
+            offset_names_it || table.committed_here(&p).await.map_err(|e| Unresolved::Coordinator(e.to_string()))?;
         info!(table = table.name(), token = pending.token, committed, "resolving a prepared insert");
         let t = table.clone();
         let done = if committed {

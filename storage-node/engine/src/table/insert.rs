@@ -408,6 +408,22 @@ impl Table {
         Ok(parts)
     }
 
+    /// Whether this node's committer holds a block of `prepared` as committed by this node
+    /// (a replicated table's part node and dedup node): the witness of a commit that outlives
+    /// the caller's own record of it. An ingestor whose writes fail over to another replica
+    /// moves the offset node on, so after a crash between commit and activation the offset
+    /// no longer names this attempt, yet the coordinator lists the part as this replica's;
+    /// dropping it then would lose the only copy. The local committer has no such witness.
+    pub async fn committed_here(&self, prepared: &PreparedInsert) -> Result<bool> {
+        for (part, dedup_id) in &prepared.parts {
+            let Some(id) = dedup_id.as_deref().filter(|_| part.meta().rows > 0) else { continue };
+            if self.committer.committed_as(&part.meta().partition.id, id).await?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Drops a prepared insert whose external commit did not happen.
     pub fn abort_prepared(&self, prepared: PreparedInsert) {
         prepared.parts.into_iter().for_each(|(part, _)| part.abort());
