@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use coordinator_client::{KeeperAccess, TlsSettings};
 use mergestream_cli::ConfigError;
+use mergestream_proto::tls::ClientTls;
 use serde::Deserialize;
 
 pub const DEFAULT_STORAGE_NODE: &str = "127.0.0.1:9100";
@@ -27,6 +28,38 @@ pub struct RunFile {
     pub metrics_addr: Option<SocketAddr>,
     #[serde(default)]
     pub coordinator_tls: TlsSettings,
+    #[serde(default)]
+    pub storage_tls: StorageTls,
+}
+
+/// TLS to the storage nodes (started with --tls-cert): the flags `--storage-tls`,
+/// `--storage-tls-ca`, `--storage-tls-domain`, or a `[storage_tls]` table (`enabled`, `ca`,
+/// `domain`) in the config file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageTls {
+    /// Reach the storage nodes over TLS, trusting the system's roots (implied by
+    /// --storage-tls-ca).
+    #[arg(id = "storage_tls", long = "storage-tls")]
+    #[serde(default)]
+    pub enabled: bool,
+    /// The CA (PEM) that signed the storage nodes' certificates: TLS, trusting it.
+    #[arg(id = "storage_tls_ca", long = "storage-tls-ca")]
+    pub ca: Option<PathBuf>,
+    /// The name the nodes' certificates are checked for, when it is not the address's host.
+    #[arg(id = "storage_tls_domain", long = "storage-tls-domain")]
+    pub domain: Option<String>,
+}
+
+impl StorageTls {
+    /// Each setting from `self` (the flags) where given, else from `file`.
+    fn or(self, file: StorageTls) -> ClientTls {
+        ClientTls {
+            enabled: self.enabled || file.enabled,
+            ca: self.ca.or(file.ca),
+            domain: self.domain.or(file.domain),
+        }
+    }
 }
 
 /// What the command line gave (`None`, or empty: not given).
@@ -40,6 +73,7 @@ pub struct RunFlags {
     pub coordinator_tls: TlsSettings,
     pub coordinator_identity: Option<String>,
     pub metrics_addr: Option<SocketAddr>,
+    pub storage_tls: StorageTls,
 }
 
 /// The settings after the flags, the file and the defaults.
@@ -47,6 +81,8 @@ pub struct RunFlags {
 pub struct RunConfig {
     pub pipeline: PathBuf,
     pub storage_nodes: Vec<String>,
+    /// How the storage nodes are reached: plain text, or TLS.
+    pub storage_tls: ClientTls,
     pub coordinator: String,
     pub instance: Option<String>,
     pub session_timeout_ms: u64,
@@ -75,6 +111,7 @@ impl RunConfig {
         Ok(RunConfig {
             pipeline,
             storage_nodes,
+            storage_tls: flags.storage_tls.or(file.storage_tls),
             coordinator: flags.coordinator.or(file.coordinator).unwrap_or_else(|| DEFAULT_COORDINATOR.into()),
             instance: flags.instance.or(file.instance),
             session_timeout_ms,
@@ -107,7 +144,15 @@ pub fn example() -> String {
          # Where Prometheus metrics are served (off when absent).\n\
          # metrics_addr = \"127.0.0.1:9365\"\n\
          \n\
-         {tls}",
+         {tls}\
+         \n\
+         # TLS to the storage nodes (started with tls_cert): the CA that signed their\n\
+         # certificates, or enabled = true for the system's roots; domain when the certificate\n\
+         # names a host other than the address's.\n\
+         [storage_tls]\n\
+         # enabled = false\n\
+         # ca = \"/etc/mergestream/storage-ca.pem\"\n\
+         # domain = \"storage.example.com\"\n",
         identity = coordinator_client::access::EXAMPLE_IDENTITY,
         tls = coordinator_client::access::EXAMPLE_TLS,
     )

@@ -36,6 +36,8 @@ use crate::status::StatusReporter;
 pub struct RunOptions {
     /// The storage nodes: one, or the replicas of the pipeline's replicated tables.
     pub storage_nodes: Vec<String>,
+    /// Plain text or TLS to the storage nodes.
+    pub storage_tls: mergestream_proto::tls::ClientTls,
     pub coordinator: String,
     /// This instance's name in lock nodes (defaults to host and pid).
     pub instance: String,
@@ -193,7 +195,7 @@ impl<S: Source> Runner<S> {
         // synced, a coordinator session, the broker's metadata through librdkafka's first
         // connections), made at once: they were half of a start.
         let tables_created = async {
-            let storage = StorageNode::connect(&options.storage_nodes, Duration::from_secs(60))
+            let storage = StorageNode::connect(&options.storage_nodes, &options.storage_tls, Duration::from_secs(60))
                 .await?
                 .with_policy(&pipeline.insert);
             let mut tables = Vec::new();

@@ -21,6 +21,7 @@ use tracing::{info, warn};
 
 use crate::error::IngestError;
 use crate::pipeline::{InsertPolicy, QuorumSetting};
+use mergestream_proto::tls::ClientTls;
 
 /// One storage node.
 #[derive(Clone)]
@@ -62,14 +63,6 @@ enum Attempt {
     Again(tonic::Status),
 }
 
-fn url_of(addr: &str) -> String {
-    if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    }
-}
-
 fn sized(client: IngestClient<Channel>) -> IngestClient<Channel> {
     client.max_decoding_message_size(64 << 20).max_encoding_message_size(256 << 20)
 }
@@ -83,19 +76,28 @@ fn node_unreachable(status: &tonic::Status) -> bool {
 impl StorageNode {
     /// Connects to the first of `addrs` that answers, retrying for up to `patience` (the
     /// nodes may still be starting); the others are reached when a block first goes to them.
-    pub async fn connect(addrs: &[String], patience: Duration) -> Result<StorageNode, IngestError> {
+    pub async fn connect(addrs: &[String], tls: &ClientTls, patience: Duration) -> Result<StorageNode, IngestError> {
         if addrs.is_empty() {
             return Err(IngestError::Storage {
                 addr: String::new(),
                 message: "no storage node given (--storage-node)".into(),
             });
         }
+        // A bad address or CA file is a configuration error: found before any waiting.
+        let endpoints = addrs
+            .iter()
+            .map(|addr| {
+                tls.endpoint(addr).map_err(|e| IngestError::Storage { addr: addr.clone(), message: e.to_string() })
+            })
+            .collect::<Result<Vec<Endpoint>, _>>()?;
         let deadline = tokio::time::Instant::now() + patience;
         loop {
-            for (index, addr) in addrs.iter().enumerate() {
-                match IngestClient::connect(url_of(addr)).await {
-                    Ok(client) => return StorageNode::with_first_reached(addrs, index, sized(client)),
-                    Err(e) => warn!(addr, error = %e, "the storage node is not reachable yet"),
+            for (index, (addr, endpoint)) in addrs.iter().zip(&endpoints).enumerate() {
+                match endpoint.connect().await {
+                    Ok(channel) => return Ok(StorageNode::with_first_reached(addrs, &endpoints, index, channel)),
+                    Err(e) => {
+                        warn!(addr, error = %mergestream_proto::error_chain(&e), "the storage node is not reachable yet")
+                    }
                 }
             }
             if tokio::time::Instant::now() >= deadline {
@@ -108,28 +110,26 @@ impl StorageNode {
         }
     }
 
-    fn with_first_reached(
-        addrs: &[String],
-        reached: usize,
-        client: IngestClient<Channel>,
-    ) -> Result<StorageNode, IngestError> {
-        let mut nodes = Vec::with_capacity(addrs.len());
-        for (index, addr) in addrs.iter().enumerate() {
-            let client = if index == reached {
-                client.clone()
-            } else {
-                let endpoint = Endpoint::from_shared(url_of(addr))
-                    .map_err(|e| IngestError::Storage { addr: addr.clone(), message: e.to_string() })?;
-                sized(IngestClient::new(endpoint.connect_lazy()))
-            };
-            nodes.push(Node { addr: addr.clone(), client });
-        }
-        Ok(StorageNode {
+    fn with_first_reached(addrs: &[String], endpoints: &[Endpoint], reached: usize, channel: Channel) -> StorageNode {
+        let mut channel = Some(channel);
+        let nodes = addrs
+            .iter()
+            .zip(endpoints)
+            .enumerate()
+            .map(|(index, (addr, endpoint))| {
+                let channel = match channel.take_if(|_| index == reached) {
+                    Some(channel) => channel,
+                    None => endpoint.connect_lazy(),
+                };
+                Node { addr: addr.clone(), client: sized(IngestClient::new(channel)) }
+            })
+            .collect();
+        StorageNode {
             nodes: Arc::new(nodes),
             current: Arc::new(AtomicUsize::new(reached)),
             quorum: None,
             ddl: Arc::default(),
-        })
+        }
     }
 
     /// Inserts with the pipeline's quorum from now on.
@@ -161,14 +161,14 @@ impl StorageNode {
                 from = self.nodes[from].addr,
                 to = self.nodes[next].addr,
                 code = ?status.code(),
-                message = status.message(),
+                message = mergestream_proto::status_text(status),
                 "the storage node is out of reach: blocks go to the next replica"
             );
         }
     }
 
     fn error(node: &Node, status: tonic::Status) -> IngestError {
-        IngestError::Storage { addr: node.addr.clone(), message: status.message().to_string() }
+        IngestError::Storage { addr: node.addr.clone(), message: mergestream_proto::status_text(&status) }
     }
 
     /// Creates the table on every node where it is missing; its insert schema (from the node
@@ -237,7 +237,7 @@ impl StorageNode {
                 token,
                 addr = node.addr,
                 code = ?status.code(),
-                message = status.message(),
+                message = mergestream_proto::status_text(&status),
                 "insert delayed; retrying the same block"
             );
             if node_unreachable(&status) {

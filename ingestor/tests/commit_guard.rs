@@ -101,8 +101,9 @@ async fn only_the_holder_of_the_offset_version_commits() {
         grpc_port,
     );
     let addr = format!("127.0.0.1:{grpc_port}");
-    let storage =
-        StorageNode::connect(std::slice::from_ref(&addr), Duration::from_secs(30)).await.expect("storage node");
+    let storage = StorageNode::connect(std::slice::from_ref(&addr), &Default::default(), Duration::from_secs(30))
+        .await
+        .expect("storage node");
     storage
         .create_table("t", "CREATE TABLE t (id UInt64, who String) ENGINE = MergeTree ORDER BY id")
         .await

@@ -1,4 +1,32 @@
-//! The wire schemas of mergestream's gRPC services.
+//! The wire schemas of mergestream's gRPC services, and how their clients and servers set up
+//! TLS ([`tls`]).
+
+pub mod tls;
+
+/// An error with its causes, as one line: a transport error's own text is only "transport
+/// error", and why (a refused connection, a certificate the CA did not sign) is in its sources.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // tonic's errors repeat their source's text in their own at times.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// A status's message, with the transport's reasons when the call never reached the service.
+pub fn status_text(status: &tonic::Status) -> String {
+    match std::error::Error::source(status) {
+        Some(source) => format!("{}: {}", status.message(), error_chain(source)),
+        None => status.message().to_string(),
+    }
+}
 
 /// The storage node's insert service (`ingest.proto`).
 pub mod ingest {

@@ -155,8 +155,10 @@ def kill_leftovers():
 
 
 class StorageNode(Process):
-    def __init__(self, workdir: Path, coordinator_hosts, name="storage-node", extra_args=()):
+    def __init__(self, workdir: Path, coordinator_hosts, name="storage-node", extra_args=(), client_args=()):
         self.grpc_port = free_port()
+        # What `storage-node client` needs to reach it (--tls-ca for a node with --tls-cert).
+        self.client_args = list(client_args)
         self.path = workdir / f"{name}-data"
         args = [str(STORAGE_BIN), "serve", "--path", str(self.path), "--grpc-addr", f"127.0.0.1:{self.grpc_port}",
                 "--session-timeout-ms", "4000", *extra_args]
@@ -174,8 +176,8 @@ class StorageNode(Process):
         return f"127.0.0.1:{self.grpc_port}"
 
     def query(self, sql, fmt="TSV"):
-        out = subprocess.run([str(STORAGE_BIN), "client", "--addr", self.addr, "--query", sql, "--format", fmt],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run([str(STORAGE_BIN), "client", "--addr", self.addr, *self.client_args, "--query", sql,
+                              "--format", fmt], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return out.stdout
 

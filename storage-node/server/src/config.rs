@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use coordinator_client::{KeeperAccess, TlsSettings};
 
 use crate::flight::auth::UserConfig;
+use mergestream_proto::tls::ServerTlsFiles;
 use serde::Deserialize;
 
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:9100";
@@ -25,6 +26,8 @@ pub struct ServeFile {
     pub path: Option<PathBuf>,
     pub grpc_addr: Option<SocketAddr>,
     pub flight_addr: Option<SocketAddr>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: Option<u64>,
     pub coordinator_identity: Option<String>,
@@ -60,6 +63,8 @@ pub struct ServeConfig {
     pub grpc_addr: SocketAddr,
     /// Where Arrow Flight SQL is served (off when absent).
     pub flight_addr: Option<SocketAddr>,
+    /// TLS on the Ingest and Flight SQL ports (plain text when absent).
+    pub tls: Option<ServerTlsFiles>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: u64,
     /// TLS and the identity to reach the coordinator with.
@@ -79,6 +84,8 @@ pub struct ServeFlags {
     pub path: Option<PathBuf>,
     pub grpc_addr: Option<SocketAddr>,
     pub flight_addr: Option<SocketAddr>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: Option<u64>,
     pub coordinator_tls: TlsSettings,
@@ -98,10 +105,21 @@ impl ServeConfig {
         let default_grpc: SocketAddr = DEFAULT_GRPC_ADDR.parse().map_err(|e| ConfigError::Invalid(format!("{e}")))?;
         let mut macros = file.macros;
         macros.extend(flags.macros);
+        let tls = match (flags.tls_cert.or(file.tls_cert), flags.tls_key.or(file.tls_key)) {
+            (Some(cert), Some(key)) => Some(ServerTlsFiles { cert, key }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(ConfigError::Invalid("tls_cert (--tls-cert) needs tls_key (--tls-key)".into()))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::Invalid("tls_key (--tls-key) needs tls_cert (--tls-cert)".into()))
+            }
+        };
         let config = ServeConfig {
             path,
             grpc_addr: flags.grpc_addr.or(file.grpc_addr).unwrap_or(default_grpc),
             flight_addr: flags.flight_addr.or(file.flight_addr),
+            tls,
             coordinator: flags.coordinator.or(file.coordinator),
             session_timeout_ms: flags
                 .session_timeout_ms
@@ -154,6 +172,10 @@ pub fn example() -> String {
          # grpc_addr = \"{DEFAULT_GRPC_ADDR}\"\n\
          # Where Arrow Flight SQL (queries, statements, prepared statements) is served; off when absent.\n\
          # flight_addr = \"127.0.0.1:9110\"\n\
+         # TLS on the insert service (grpc_addr) and Flight SQL: the certificate chain and its\n\
+         # private key, PEM. Plain text when absent; clients then need the CA (--storage-tls-ca).\n\
+         # tls_cert = \"/etc/mergestream/node.pem\"\n\
+         # tls_key = \"/etc/mergestream/node.key\"\n\
          # The coordinator (or ZooKeeper) hosts, host:port[,host:port...]: replicated tables and\n\
          # inserts that commit a source offset need it.\n\
          # coordinator = \"127.0.0.1:2181\"\n\
@@ -230,6 +252,17 @@ mod tests {
             ServeFlags { path: Some("/d".into()), interserver_addr: Some("nowhere".into()), ..ServeFlags::default() };
         let error = ServeConfig::resolve(flags, ServeFile::default()).expect_err("bad address");
         assert!(error.to_string().contains("host:port"), "{error}");
+    }
+
+    #[test]
+    fn a_tls_certificate_needs_its_key() {
+        let file = ServeFile::parse("path = \"/d\"\ntls_cert = \"c.pem\"\n", "serve.toml").expect("parses");
+        let error = ServeConfig::resolve(ServeFlags::default(), file).expect_err("no key");
+        assert!(error.to_string().contains("needs tls_key"), "{error}");
+        let file = ServeFile::parse("path = \"/d\"\ntls_cert = \"c.pem\"\n", "serve.toml").expect("parses");
+        let flags = ServeFlags { tls_key: Some("k.pem".into()), ..ServeFlags::default() };
+        let tls = ServeConfig::resolve(flags, file).expect("valid").tls.expect("tls");
+        assert_eq!((tls.cert, tls.key), (PathBuf::from("c.pem"), PathBuf::from("k.pem")));
     }
 
     #[test]

@@ -54,6 +54,15 @@ struct ClientArgs {
     /// Output format: TSV, TSVWithNames, CSV, JSONEachRow, PrettyCompact.
     #[arg(long, default_value = "TSV")]
     format: String,
+    /// Connect with TLS, trusting the system's roots (a node started with --tls-cert).
+    #[arg(long)]
+    tls: bool,
+    /// Connect with TLS, trusting this CA (PEM) for the node's certificate.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// The name the node's certificate is checked for, when it is not the address's host.
+    #[arg(long)]
+    tls_domain: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -71,6 +80,13 @@ struct ServeArgs {
     /// Where Arrow Flight SQL is served, HOST:PORT (off when absent).
     #[arg(long)]
     flight_addr: Option<std::net::SocketAddr>,
+    /// The certificate chain (PEM) the insert service and Flight SQL present: TLS on both
+    /// ports. Needs --tls-key.
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
     /// The coordinator (or ZooKeeper) hosts, `host:port[,host:port…]`. Needed for replicated
     /// tables and for inserts that commit a source offset with their block.
     #[arg(long)]
@@ -112,6 +128,8 @@ impl ServeArgs {
             path: self.path,
             grpc_addr: self.grpc_addr,
             flight_addr: self.flight_addr,
+            tls_cert: self.tls_cert,
+            tls_key: self.tls_key,
             coordinator: self.coordinator,
             session_timeout_ms: self.session_timeout_ms,
             coordinator_tls: self.coordinator_tls,
@@ -265,6 +283,8 @@ const PART_GAUGES_PERIOD: std::time::Duration = std::time::Duration::from_secs(5
 
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let args = args.resolve()?;
+    // Checked before anything starts: a wrong file is named now, not at a client's handshake.
+    let tls = args.tls.as_ref().map(|files| files.load()).transpose().context("cannot set up TLS")?;
     let metrics_addr = args.metrics_addr;
     if let Some(addr) = metrics_addr {
         mergestream_cli::serve_metrics(addr, metrics::CATALOGUES).context("cannot start the metrics exporter")?;
@@ -352,8 +372,9 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                     .max_decoding_message_size(256 << 20),
                 move |request| users.check(request),
             );
+            let mut builder = with_tls(tonic::transport::Server::builder(), tls.as_ref())?;
             tokio::spawn(async move {
-                let served = tonic::transport::Server::builder()
+                let served = builder
                     .add_service(service)
                     .serve_with_incoming(without_nagle(listener))
                     .await;
@@ -368,7 +389,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(args.grpc_addr)
             .await
             .with_context(|| format!("cannot listen on {}", args.grpc_addr))?;
-        tracing::info!(addr = %args.grpc_addr, "serving the insert service");
+        tracing::info!(addr = %args.grpc_addr, tls = tls.is_some(), "serving the insert service");
         let shutdown = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
@@ -376,7 +397,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
             }
         };
-        tonic::transport::Server::builder()
+        with_tls(tonic::transport::Server::builder(), tls.as_ref())?
             .add_service(
                 mergestream_proto::ingest::ingest_server::IngestServer::new(service)
                     .max_decoding_message_size(256 << 20),
@@ -390,6 +411,28 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     served
 }
 
+/// A server builder with TLS when the node has a certificate.
+fn with_tls(
+    builder: tonic::transport::Server,
+    tls: Option<&tonic::transport::ServerTlsConfig>,
+) -> anyhow::Result<tonic::transport::Server> {
+    match tls {
+        Some(config) => builder.tls_config(config.clone()).context("cannot set up TLS"),
+        None => Ok(builder),
+    }
+}
+
+/// A status's message, with the transport's reasons when the call never reached the service
+/// (and, over plain text, the likeliest of them: a node that serves TLS).
+fn status_text(status: &tonic::Status, tls: bool) -> String {
+    let text = mergestream_proto::status_text(status);
+    if tls || std::error::Error::source(status).is_none() {
+        text
+    } else {
+        format!("{text} (if the node serves TLS, give --tls-ca or --tls)")
+    }
+}
+
 fn run_client(args: ClientArgs) -> anyhow::Result<()> {
     use mergestream_engine::progress::ReadCounts;
     use mergestream_proto::ingest::query_event;
@@ -397,21 +440,26 @@ fn run_client(args: ClientArgs) -> anyhow::Result<()> {
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     let output = runtime.block_on(async {
-        let url = format!("http://{}", args.addr);
-        let mut client = mergestream_proto::ingest::ingest_client::IngestClient::connect(url)
-            .await
-            .with_context(|| format!("cannot connect to the storage node at {}", args.addr))?
+        let tls = mergestream_proto::tls::ClientTls { enabled: args.tls, ca: args.tls_ca, domain: args.tls_domain };
+        let endpoint = tls.endpoint(&args.addr)?;
+        let tls_enabled = tls.is_enabled();
+        let channel =
+            endpoint.connect().await.with_context(|| format!("cannot connect to the storage node at {}", args.addr))?;
+        let mut client = mergestream_proto::ingest::ingest_client::IngestClient::new(channel)
             .max_decoding_message_size(256 << 20)
             .max_encoding_message_size(256 << 20);
         let request = mergestream_proto::ingest::QueryRequest { sql: script_of(args.query)?, format: args.format };
-        let mut events =
-            client.query_with_progress(request).await.map_err(|s| anyhow::anyhow!("{}", s.message()))?.into_inner();
+        let mut events = client
+            .query_with_progress(request)
+            .await
+            .map_err(|s| anyhow::anyhow!("{}", status_text(&s, tls_enabled)))?
+            .into_inner();
         // The server reports what the running statement has read; the line shows it.
         let line = progress_line::ProgressLine::on_stderr(None);
         let mut statement = 0;
         line.statement_started();
         loop {
-            let event = events.message().await.map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            let event = events.message().await.map_err(|s| anyhow::anyhow!("{}", status_text(&s, tls_enabled)))?;
             match event.and_then(|e| e.event) {
                 Some(query_event::Event::Progress(p)) => {
                     if p.statement != statement {
@@ -427,4 +475,12 @@ fn run_client(args: ClientArgs) -> anyhow::Result<()> {
     })?;
     print!("{output}");
     Ok(())
+}
+
+#[cfg(test)]
+mod command_line_tests {
+    #[test]
+    fn the_command_line_is_well_formed() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
 }
