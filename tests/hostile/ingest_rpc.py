@@ -7,6 +7,7 @@ import grpc
 import pyarrow as pa
 
 INSERT = "/mergestream.ingest.v1.Ingest/Insert"
+QUERY = "/mergestream.ingest.v1.Ingest/Query"
 
 
 def _varint(n: int) -> bytes:
@@ -51,6 +52,7 @@ class Client:
     def __init__(self, addr: str):
         self.channel = grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 256 << 20)])
         self._insert = self.channel.unary_unary(INSERT, request_serializer=None, response_deserializer=None)
+        self._query = self.channel.unary_unary(QUERY, request_serializer=None, response_deserializer=None)
 
     def insert(self, table, ipc, token="", offset=None, timeout=60):
         """(status code, details, metadata dict): OK with the raw reply bytes as details."""
@@ -59,6 +61,13 @@ class Client:
             return grpc.StatusCode.OK, reply, {}
         except grpc.RpcError as e:
             return e.code(), e.details(), dict(e.trailing_metadata() or ())
+
+    def query(self, sql, timeout=60):
+        """(status code, details): OK with the raw reply bytes as details."""
+        try:
+            return grpc.StatusCode.OK, self._query(_field(1, sql) + _field(2, "TSV"), timeout=timeout)
+        except grpc.RpcError as e:
+            return e.code(), e.details()
 
     def close(self):
         self.channel.close()

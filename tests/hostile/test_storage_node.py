@@ -93,6 +93,25 @@ def test_creating_a_table_never_deletes_what_is_in_its_way(storage):
     assert (stray / "someone_elses.bin").read_bytes() == b"data"
 
 
+def test_a_failed_query_is_answered_with_the_code_of_its_kind(storage):
+    """Ingest.Query answers as Flight SQL does: a client tells a statement to fix from a table
+    that is not there, and each message says which statement of the script and where."""
+    rpc = Client(storage.addr)
+    try:
+        assert rpc.query(TABLE)[0] == grpc.StatusCode.OK
+        cases = [
+            ("SELECT * FROM missing", grpc.StatusCode.NOT_FOUND, "does not exist"),
+            ("SELECT 1;\nSELEC 2", grpc.StatusCode.INVALID_ARGUMENT, "2:1"),
+            (TABLE, grpc.StatusCode.ALREADY_EXISTS, "already exists"),
+            ("SELECT nope FROM t", grpc.StatusCode.INVALID_ARGUMENT, "nope"),
+        ]
+        for sql, code, text in cases:
+            answered, details = rpc.query(sql)
+            assert (answered, text in details) == (code, True), (sql, answered, details)
+    finally:
+        rpc.close()
+
+
 # --- inserts -----------------------------------------------------------------------------
 
 def test_a_huge_claimed_ipc_body_is_refused_without_allocating_it(storage):

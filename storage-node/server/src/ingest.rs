@@ -600,7 +600,7 @@ impl IngestService {
                 })
                 .await
                 .map(|()| output)
-                .map_err(|e| Status::invalid_argument(e.to_string()))
+                .map_err(crate::status::status_of_script)
         };
         Ok(RunningQuery { began: Instant::now(), progress, statement, task: self.queries.spawn(run) })
     }

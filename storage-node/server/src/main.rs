@@ -9,6 +9,7 @@ mod interserver;
 mod ipc;
 mod metrics;
 mod progress_line;
+mod status;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;

@@ -40,11 +40,12 @@ use auth::{Identity, Users};
 use futures::{Stream, StreamExt, TryStreamExt};
 use mergestream_engine::catalog::DATABASE;
 use mergestream_engine::Catalog;
-use mergestream_query::error::ErrorKind;
 use mergestream_query::exec::catalog::{list_tables, TableListing};
 use mergestream_query::session::{only_statement, Outcome, CATALOG_NAME};
 use mergestream_query::sql::parameters::{bind, placeholders};
-use mergestream_query::{OutputFormat, QueryError, Session};
+use mergestream_query::{OutputFormat, Session};
+
+pub use crate::status::status_of;
 use prost::Message;
 use tonic::{Request, Response, Status};
 
@@ -351,21 +352,6 @@ fn schema_bytes(schema: &Schema) -> Result<bytes::Bytes, Status> {
         .try_into()
         .map_err(|e: arrow::error::ArrowError| Status::internal(format!("cannot encode the schema: {e}")))?;
     Ok(bytes)
-}
-
-/// The gRPC status of a failed statement, with the code of its kind.
-pub fn status_of(error: QueryError) -> Status {
-    let code = match error.kind() {
-        ErrorKind::BadStatement => tonic::Code::InvalidArgument,
-        ErrorKind::NotFound => tonic::Code::NotFound,
-        ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
-        ErrorKind::Unsupported => tonic::Code::Unimplemented,
-        ErrorKind::TryLater => tonic::Code::ResourceExhausted,
-        ErrorKind::Unavailable => tonic::Code::Unavailable,
-        ErrorKind::NotNow => tonic::Code::FailedPrecondition,
-        ErrorKind::Internal => tonic::Code::Internal,
-    };
-    Status::new(code, error.to_string())
 }
 
 fn sql_info() -> SqlInfoData {
