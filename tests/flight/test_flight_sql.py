@@ -57,6 +57,48 @@ def test_final_and_aggregates_match_clickhouse(node, oracle, engine):
         cursor.execute("DROP TABLE t")
 
 
+STATES = """
+CREATE TABLE daily (day UInt8, hits AggregateFunction(sum, UInt64), users AggregateFunction(uniq, UInt64),
+                    top AggregateFunction(max, Int64))
+ENGINE = AggregatingMergeTree ORDER BY day;
+SYSTEM STOP MERGES daily;
+INSERT INTO daily SELECT number % 3, sumState(number), uniqState(toUInt64(number % 7)), maxState(toInt64(number))
+    FROM numbers(100) GROUP BY number % 3;
+INSERT INTO daily SELECT number % 4, sumState(number), uniqState(toUInt64(number % 11)), maxState(toInt64(number) - 50)
+    FROM numbers(60) GROUP BY number % 4;
+"""
+
+
+def test_aggregate_states_merge_as_in_clickhouse(node, oracle):
+    """-State columns written by INSERT … SELECT, read back with -Merge (plain, FINAL and
+    grouped) and with finalizeAggregation, over Flight SQL as in chDB."""
+    queries = [
+        "SELECT day, sumMerge(hits), uniqMerge(users), maxMerge(top) FROM daily GROUP BY day ORDER BY day",
+        "SELECT day, finalizeAggregation(hits), finalizeAggregation(top) FROM daily FINAL ORDER BY day",
+        "SELECT sumMerge(hits), uniqMerge(users) FROM daily",
+    ]
+    with connect(node) as conn, conn.cursor() as cursor:
+        for statement in statements(STATES):
+            cursor.execute(statement)
+        for query in queries:
+            expected = [tuple(int(x) for x in line.split("\t")) for line in oracle.run(STATES + query + ";").splitlines()]
+            assert rows_of(cursor, query) == expected, query
+
+
+def test_system_tables_and_statements(node):
+    """system.parts through Flight SQL follows SYSTEM STOP/START MERGES and OPTIMIZE."""
+    with connect(node) as conn, conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE s (k UInt64) ENGINE = MergeTree ORDER BY k")
+        cursor.execute("SYSTEM STOP MERGES s")
+        for i in range(3):
+            cursor.execute(f"INSERT INTO s VALUES ({i})")
+        parts = "SELECT name, rows, active FROM system.parts WHERE table = 's' AND active ORDER BY name"
+        assert rows_of(cursor, parts) == [("all_1_1_0", 1, 1), ("all_2_2_0", 1, 1), ("all_3_3_0", 1, 1)]
+        cursor.execute("SYSTEM START MERGES s")
+        cursor.execute("OPTIMIZE TABLE s FINAL")
+        assert rows_of(cursor, parts) == [("all_1_3_1", 3, 1)]
+
+
 def test_results_carry_their_arrow_types_and_clickhouse_types(node):
     with connect(node) as conn, conn.cursor() as cursor:
         cursor.execute("CREATE TABLE t (k UInt64, s String, d Date, x Nullable(Float64)) ENGINE = MergeTree ORDER BY k")
