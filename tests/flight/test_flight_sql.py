@@ -385,3 +385,41 @@ def test_users_authenticate_and_a_reader_cannot_write(secured):
     info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
         flight_sql_command("CommandGetXdbcTypeInfo", [])), options)
     assert client.do_get(info.endpoints[0].ticket, options).read_all().num_rows > 0
+
+
+SESSION_SETUP = ["CREATE TABLE t (p UInt8, k UInt64, v UInt64) ENGINE = ReplacingMergeTree PARTITION BY p ORDER BY k",
+                 "SYSTEM STOP MERGES t", "INSERT INTO t VALUES (1, 1, 1), (2, 1, 2)", "INSERT INTO t VALUES (1, 1, 3)"]
+SESSION_FINAL = "SELECT p, v FROM t FINAL ORDER BY p"
+
+
+def test_set_lasts_for_the_session_of_a_token(secured):
+    """A bearer token is a session, as a clickhouse-client connection is: what its SET sets,
+    its later calls see; another connection does not."""
+    with connect_as(secured, "writer", "w-secret") as a, connect_as(secured, "writer", "w-secret") as b:
+        with a.cursor() as first, b.cursor() as second:
+            for statement in SESSION_SETUP:
+                first.execute(statement)
+            assert rows_of(first, SESSION_FINAL) == [(2, 2)]
+            first.execute("SET do_not_merge_across_partitions_select_final = 1")
+            assert rows_of(first, SESSION_FINAL) == [(1, 3), (2, 2)], "the setting lasts for the session"
+            assert rows_of(second, SESSION_FINAL) == [(2, 2)], "another connection's session has not set it"
+            first.execute("SET do_not_merge_across_partitions_select_final = 0")
+            assert rows_of(first, SESSION_FINAL) == [(2, 2)]
+
+
+def test_a_handshake_on_an_open_node_gives_a_session(node):
+    client = pyarrow.flight.FlightClient(node.flight_uri)
+    header = client.authenticate_basic_token("", "")
+    assert header[0].lower() == b"authorization" and header[1].startswith(b"Bearer ")
+    with_token = pyarrow.flight.FlightCallOptions(headers=[header])
+
+    def run(sql, options):
+        info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
+            flight_sql_command("CommandStatementQuery", [(1, sql)])), options)
+        return client.do_get(info.endpoints[0].ticket, options).read_all().to_pylist()
+
+    for statement in SESSION_SETUP:
+        run(statement, with_token)
+    run("SET do_not_merge_across_partitions_select_final = 1", with_token)
+    assert run(SESSION_FINAL, with_token) == [{"p": 1, "v": 3}, {"p": 2, "v": 2}]
+    assert run(SESSION_FINAL, pyarrow.flight.FlightCallOptions()) == [{"p": 2, "v": 2}], "no token, no session"

@@ -141,6 +141,17 @@ impl Session {
         Session { state: state(threads), insert_state: state(1), catalog, settings: BTreeMap::new(), format, progress }
     }
 
+    /// Starts from settings a client's earlier statements `SET` (a Flight SQL session).
+    pub fn with_settings(mut self, settings: BTreeMap<String, String>) -> Session {
+        self.settings = settings;
+        self
+    }
+
+    /// What `SET` statements have set so far.
+    pub fn settings(&self) -> &BTreeMap<String, String> {
+        &self.settings
+    }
+
     /// A context to plan one statement in: its tables resolve with `scope` alone.
     fn context(&self, base: &SessionState, scope: StatementScope) -> SessionContext {
         let catalogs = MemoryCatalogProviderList::new();

@@ -6,8 +6,12 @@
 //! interceptor checks every call, the handshake included, before any handler runs, and hands
 //! the caller's [`Identity`] to the handlers in the request's extensions. With no users
 //! configured the service is open, and every caller is a writer.
+//!
+//! A bearer token is also a session, as a clickhouse-client connection is one: what its
+//! `SET` statements set lasts for its later calls ([`ClientSession`]). On an open service the
+//! handshake still issues a token, for a client that wants a session.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
@@ -46,10 +50,31 @@ impl UserConfig {
 }
 
 /// The caller of a request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Identity {
     pub user: Option<String>,
     pub readonly: bool,
+    /// The session of the bearer token the call carries (none without one).
+    pub session: Option<Arc<ClientSession>>,
+}
+
+/// What lasts across the calls of one bearer token: the settings its `SET` statements made.
+#[derive(Debug, Default)]
+pub struct ClientSession {
+    settings: Mutex<BTreeMap<String, String>>,
+}
+
+impl ClientSession {
+    pub fn settings(&self) -> BTreeMap<String, String> {
+        self.settings.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Keeps what a statement of this session left set.
+    pub fn keep(&self, settings: &BTreeMap<String, String>) {
+        if let Ok(mut kept) = self.settings.lock() {
+            kept.clone_from(settings);
+        }
+    }
 }
 
 impl Identity {
@@ -65,7 +90,24 @@ impl Identity {
 
     /// The caller of `request`, as the interceptor found it (open access when none did).
     pub fn of<T>(request: &Request<T>) -> Identity {
-        request.extensions().get::<Identity>().cloned().unwrap_or(Identity { user: None, readonly: false })
+        request.extensions().get::<Identity>().cloned().unwrap_or_else(Identity::anonymous)
+    }
+
+    /// A caller of an open service.
+    pub fn anonymous() -> Identity {
+        Identity { user: None, readonly: false, session: None }
+    }
+
+    /// The settings this caller's session has set (none without a session).
+    pub fn settings(&self) -> BTreeMap<String, String> {
+        self.session.as_ref().map(|s| s.settings()).unwrap_or_default()
+    }
+
+    /// Keeps a statement's settings in the caller's session, if it has one.
+    pub fn keep(&self, settings: &BTreeMap<String, String>) {
+        if let Some(session) = &self.session {
+            session.keep(settings);
+        }
     }
 }
 
@@ -97,19 +139,21 @@ impl Users {
 
     /// The interceptor: the caller's identity into the request, or UNAUTHENTICATED.
     pub fn check(&self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if self.is_open() {
-            return Ok(request);
-        }
-        let header = request
-            .metadata()
-            .get("authorization")
-            .ok_or_else(|| Status::unauthenticated("credentials needed: hand-shake with HTTP Basic credentials"))?;
+        let header = match request.metadata().get("authorization") {
+            Some(header) => header,
+            // An open service: a call without a token has no session.
+            None if self.is_open() => return Ok(request),
+            None => return Err(Status::unauthenticated("credentials needed: hand-shake with HTTP Basic credentials")),
+        };
         let header = header.to_str().map_err(|_| Status::unauthenticated("the authorization header is not text"))?;
         let identity = if let Some(token) = header.strip_prefix("Bearer ") {
             let tokens = self.tokens.lock().map_err(|_| Status::internal("the tokens' lock"))?;
             tokens.get(token).map(|(identity, _)| identity.clone()).ok_or_else(|| {
                 Status::unauthenticated("unknown or expired bearer token: hand-shake again with HTTP Basic credentials")
             })?
+        } else if self.is_open() {
+            // Any other credentials are nobody's on an open service.
+            Identity::anonymous()
         } else if let Some(basic) = header.strip_prefix("Basic ") {
             self.basic(basic)?
         } else {
@@ -130,11 +174,12 @@ impl Users {
         if !hex.eq_ignore_ascii_case(&user.password_sha256_hex) {
             return Err(refused());
         }
-        Ok(Identity { user: Some(user.name.clone()), readonly: user.readonly })
+        Ok(Identity { user: Some(user.name.clone()), readonly: user.readonly, session: None })
     }
 
-    /// A new bearer token for `identity`.
+    /// A new bearer token for `identity`, with a session of its own.
     pub fn issue(&self, identity: Identity) -> Result<String, Status> {
+        let identity = Identity { session: Some(Arc::default()), ..identity };
         let mut bytes = [0u8; 32];
         self.random.fill(&mut bytes).map_err(|_| Status::internal("no randomness for a token"))?;
         let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -177,11 +222,16 @@ mod tests {
         let users = users();
         let checked = users.check(with_header(&basic("reader", "secret"))).expect("right password");
         let identity = Identity::of(&checked);
-        assert_eq!(identity, Identity { user: Some("reader".into()), readonly: true });
+        assert_eq!((identity.user.as_deref(), identity.readonly), (Some("reader"), true));
         assert_eq!(identity.may_write().expect_err("read-only").code(), tonic::Code::PermissionDenied);
         let token = users.issue(identity.clone()).expect("token");
-        let later = users.check(with_header(&format!("Bearer {token}"))).expect("token accepted");
-        assert_eq!(Identity::of(&later), identity);
+        let later = Identity::of(&users.check(with_header(&format!("Bearer {token}"))).expect("token accepted"));
+        assert_eq!((later.user.as_deref(), later.readonly), (Some("reader"), true));
+        // The token's calls share one session: what one sets, the next sees.
+        later.keep(&BTreeMap::from([("max_threads".to_string(), "1".to_string())]));
+        let again = Identity::of(&users.check(with_header(&format!("Bearer {token}"))).expect("token accepted"));
+        assert_eq!(again.settings().get("max_threads").map(String::as_str), Some("1"));
+        assert!(identity.settings().is_empty(), "a call with Basic credentials has no session");
     }
 
     #[test]

@@ -126,14 +126,19 @@ impl FlightSqlServer {
         }
     }
 
+    /// A query session with what the caller's earlier statements `SET`.
+    fn session_of(&self, caller: &Identity) -> Session {
+        Session::new(self.catalog.clone(), OutputFormat::Tsv).with_settings(caller.settings())
+    }
+
     /// Runs `work` with a new session on the query runtime.
-    async fn on_query_runtime<T, F, W>(&self, work: W) -> Result<T, Status>
+    async fn on_query_runtime<T, F, W>(&self, caller: &Identity, work: W) -> Result<T, Status>
     where
         T: Send + 'static,
         F: std::future::Future<Output = Result<T, Status>> + Send + 'static,
         W: FnOnce(Session) -> F,
     {
-        let session = Session::new(self.catalog.clone(), OutputFormat::Tsv);
+        let session = self.session_of(caller);
         self.queries
             .spawn(work(session))
             .await
@@ -149,13 +154,14 @@ impl FlightSqlServer {
         caller: Identity,
     ) -> Result<FlightInfo, Status> {
         let (schema, ticket) = self
-            .on_query_runtime(move |mut session: Session| async move {
+            .on_query_runtime(&caller.clone(), move |mut session: Session| async move {
                 let (start, end) = only_statement(&sql).map_err(status_of)?;
                 match session.describe(&sql, start, end).await.map_err(status_of)? {
                     Some(schema) => Ok((schema, TicketBody::Rows(sql))),
                     None => {
                         caller.may_write()?;
                         session.plan(&sql, start, end).await.map_err(status_of)?;
+                        caller.keep(session.settings());
                         Ok((Arc::new(Schema::empty()), TicketBody::Nothing))
                     }
                 }
@@ -166,14 +172,13 @@ impl FlightSqlServer {
 
     /// Streams the rows of a ticket: planned and run on the query runtime, each batch sent as
     /// it is made.
-    async fn rows(&self, ticket: TicketBody) -> Result<Response<BatchStream>, Status> {
+    async fn rows(&self, ticket: TicketBody, caller: &Identity) -> Result<Response<BatchStream>, Status> {
         let TicketBody::Rows(sql) = ticket else {
             return Ok(Response::new(encode(Arc::new(Schema::empty()), futures::stream::empty())));
         };
         let (batches, receiver) = tokio::sync::mpsc::channel(BATCHES_AHEAD);
         let (schema_sender, schema) = tokio::sync::oneshot::channel();
-        let session = Session::new(self.catalog.clone(), OutputFormat::Tsv);
-        self.queries.spawn(run_rows(session, sql, schema_sender, batches));
+        self.queries.spawn(run_rows(self.session_of(caller), sql, schema_sender, batches));
         let schema = schema.await.map_err(|_| Status::internal("the query's task ended before its schema"))??;
         let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
         Ok(Response::new(encode(schema, stream)))
@@ -182,13 +187,15 @@ impl FlightSqlServer {
     /// Runs a statement for its effect; how many rows it wrote, -1 where that is not a count.
     async fn update(&self, sql: String, caller: &Identity) -> Result<i64, Status> {
         let caller = caller.clone();
-        self.on_query_runtime(move |mut session: Session| async move {
+        self.on_query_runtime(&caller.clone(), move |mut session: Session| async move {
             let (start, end) = only_statement(&sql).map_err(status_of)?;
             // Only a statement that returns rows reads and nothing else.
             if session.describe(&sql, start, end).await.map_err(status_of)?.is_none() {
                 caller.may_write()?;
             }
-            match session.plan(&sql, start, end).await.map_err(status_of)? {
+            let outcome = session.plan(&sql, start, end).await.map_err(status_of)?;
+            caller.keep(session.settings());
+            match outcome {
                 Outcome::Done { rows_written: Some(rows) } => Ok(rows as i64),
                 Outcome::Done { rows_written: None } => Ok(-1),
                 Outcome::Rows(rows) => {
@@ -385,12 +392,11 @@ impl FlightSqlService for FlightSqlServer {
         let caller = Identity::of(&request);
         let reply = futures::stream::iter([Ok(HandshakeResponse::default())]);
         let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> = Response::new(Box::pin(reply));
-        if !self.users.is_open() {
-            // The interceptor checked the credentials: the caller is one of the users.
-            let token = self.users.issue(caller)?;
-            let value = format!("Bearer {token}").parse().map_err(|_| Status::internal("the token's header"))?;
-            response.metadata_mut().insert("authorization", value);
-        }
+        // The interceptor checked the credentials: the caller is one of the users, or anyone
+        // on an open service. The token is its session either way.
+        let token = self.users.issue(caller)?;
+        let value = format!("Bearer {token}").parse().map_err(|_| Status::internal("the token's header"))?;
+        response.metadata_mut().insert("authorization", value);
         Ok(response)
     }
 
@@ -422,18 +428,18 @@ impl FlightSqlService for FlightSqlServer {
     async fn do_get_statement(
         &self,
         ticket: TicketStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        self.rows(TicketBody::decode(&ticket.statement_handle)?).await
+        self.rows(TicketBody::decode(&ticket.statement_handle)?, &Identity::of(&request)).await
     }
 
     async fn do_get_prepared_statement(
         &self,
         query: CommandPreparedStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let prepared = self.prepared(&query.prepared_statement_handle)?;
-        self.rows(TicketBody::Rows(prepared.query_sql()?)).await
+        self.rows(TicketBody::Rows(prepared.query_sql()?), &Identity::of(&request)).await
     }
 
     async fn do_put_prepared_statement_query(
@@ -489,8 +495,9 @@ impl FlightSqlService for FlightSqlServer {
     async fn do_action_create_prepared_statement(
         &self,
         query: ActionCreatePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let caller = Identity::of(&request);
         let sql = query.query;
         let placeholders = placeholders(&sql).map_err(status_of)?.len();
         // With placeholders: described with NULL bound to each, for the names and what types
@@ -498,7 +505,7 @@ impl FlightSqlService for FlightSqlServer {
         let nulls = null_parameters(placeholders);
         let described = bind(&sql, &nulls, 0).map_err(status_of)?;
         let schema = self
-            .on_query_runtime(move |session: Session| async move {
+            .on_query_runtime(&caller, move |session: Session| async move {
                 let (start, end) = only_statement(&described).map_err(status_of)?;
                 match session.describe(&described, start, end).await {
                     Err(_) if placeholders > 0 => Ok(Some(Arc::new(Schema::empty()))),
