@@ -2,6 +2,9 @@
 ADBC's Flight SQL driver (the Go driver in its wheel) and pyarrow.flight. ClickHouse 26.9
 (chDB) gives the expected result of each query."""
 
+import threading
+import urllib.request
+
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
 import pyarrow
@@ -423,3 +426,90 @@ def test_a_handshake_on_an_open_node_gives_a_session(node):
     run("SET do_not_merge_across_partitions_select_final = 1", with_token)
     assert run(SESSION_FINAL, with_token) == [{"p": 1, "v": 3}, {"p": 2, "v": 2}]
     assert run(SESSION_FINAL, pyarrow.flight.FlightCallOptions()) == [{"p": 2, "v": 2}], "no token, no session"
+
+
+def metric(text, name, **labels):
+    """The value of one series in a Prometheus exposition (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series == (f"{name}{{{want}}}" if labels else name):
+            return float(value)
+    return 0.0
+
+
+def test_a_client_that_goes_away_stops_its_query_and_the_metrics_say_so(tmp_path):
+    """A client cancels a query of a trillion rows after its first batch: the plan stops (the
+    statement ends as cancelled and nothing stays in flight) and the node serves the next
+    query. The statements are counted by kind and outcome, with the rows and bytes streamed."""
+    flight_port, metrics_port = free_port(), free_port()
+    node = StorageNode(tmp_path, None, extra_args=["--flight-addr", f"127.0.0.1:{flight_port}",
+                                                   "--metrics-addr", f"127.0.0.1:{metrics_port}"]).start()
+    try:
+        wait_until(lambda: port_open(flight_port), 30, "the Flight SQL port")
+        scrape = lambda: urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        client = pyarrow.flight.FlightClient(f"grpc://127.0.0.1:{flight_port}")
+
+        def ticket(sql):
+            info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
+                flight_sql_command("CommandStatementQuery", [(1, sql)])))
+            return info.endpoints[0].ticket
+
+        reader = client.do_get(ticket("SELECT number FROM numbers(1000000000000)"))
+        first = reader.read_chunk()
+        assert first.data.num_rows > 0
+        reader.cancel()
+        wait_until(lambda: metric(scrape(), "mergestream_storage_flight_statements_total",
+                                  kind="query", outcome="cancelled") == 1, 30, "the query ended as cancelled")
+        wait_until(lambda: metric(scrape(), "mergestream_storage_flight_statements_in_flight") == 0, 30,
+                   "nothing in flight")
+        assert client.do_get(ticket("SELECT sum(number) FROM numbers(1000)")).read_all().to_pylist() == \
+            [{"sum(number)": 499500}]
+        with connect_uri(f"grpc://127.0.0.1:{flight_port}") as conn, conn.cursor() as cursor:
+            cursor.execute("CREATE TABLE m (k UInt64) ENGINE = MergeTree ORDER BY k")
+            cursor.adbc_ingest("m", pyarrow.table({"k": pyarrow.array([1, 2, 3], pyarrow.uint64())}), mode="append")
+        text = scrape()
+        assert metric(text, "mergestream_storage_flight_statements_total", kind="query", outcome="ok") >= 1
+        assert metric(text, "mergestream_storage_flight_statements_total", kind="update", outcome="ok") >= 1
+        assert metric(text, "mergestream_storage_flight_statements_total", kind="ingest", outcome="ok") == 1
+        assert metric(text, "mergestream_storage_flight_rows_streamed_total") >= first.data.num_rows + 1
+        assert metric(text, "mergestream_storage_flight_bytes_streamed_total") > 0
+        assert "mergestream_storage_flight_statement_duration_seconds_bucket" in text
+    finally:
+        node.kill()
+
+
+def connect_uri(uri):
+    return flightsql.connect(uri, autocommit=True)
+
+
+def test_twenty_clients_at_once_each_get_their_own_settings(secured):
+    """Twenty connections query at once, each with its own session setting (SET) and a
+    SETTINGS clause of its own: none sees another's."""
+    with connect_as(secured, "writer", "w-secret") as conn, conn.cursor() as cursor:
+        for statement in SESSION_SETUP:
+            cursor.execute(statement)
+    results, errors = {}, []
+
+    def client(i):
+        try:
+            with connect_as(secured, "writer", "w-secret") as conn, conn.cursor() as cursor:
+                cursor.execute(f"SET do_not_merge_across_partitions_select_final = {i % 2}")
+                for _ in range(5):
+                    session = rows_of(cursor, SESSION_FINAL)
+                    clause = rows_of(cursor, f"{SESSION_FINAL} SETTINGS do_not_merge_across_partitions_select_final"
+                                             f" = {1 - i % 2}")
+                    results.setdefault(i, set()).add((tuple(session), tuple(clause)))
+        except Exception as e:  # noqa: BLE001 - reported below with the client's number
+            errors.append((i, e))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    merged, apart = ((2, 2),), ((1, 3), (2, 2))
+    for i in range(20):
+        expected = (apart, merged) if i % 2 else (merged, apart)
+        assert results[i] == {expected}, i

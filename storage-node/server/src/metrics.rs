@@ -27,6 +27,18 @@ mergestream_telemetry::catalogue! {
     Counter QUERIES = "mergestream_storage_queries_total" ["outcome"];
     /// Time of one query request, from its arrival to its reply.
     Histogram QUERY_DURATION = "mergestream_storage_query_duration_seconds";
+    /// Flight SQL statements, by kind (`query`: rows streamed by DoGet; `update`: a statement
+    /// run for its effect; `ingest`: bulk ingest) and outcome (`ok`, `error`, `cancelled`: the
+    /// client went away mid-stream).
+    Counter FLIGHT_STATEMENTS = "mergestream_storage_flight_statements_total" ["kind", "outcome"];
+    /// Time of one Flight SQL statement: to its last batch for a query, to its reply otherwise.
+    Histogram FLIGHT_STATEMENT_DURATION = "mergestream_storage_flight_statement_duration_seconds" ["kind"];
+    /// Flight SQL statements running now.
+    Gauge FLIGHT_STATEMENTS_IN_FLIGHT = "mergestream_storage_flight_statements_in_flight";
+    /// Rows of query results Flight SQL streamed.
+    Counter FLIGHT_ROWS_STREAMED = "mergestream_storage_flight_rows_streamed_total";
+    /// Bytes of Arrow IPC (headers and bodies) Flight SQL streamed, metadata replies included.
+    Counter FLIGHT_BYTES_STREAMED = "mergestream_storage_flight_bytes_streamed_total";
     /// Parts sent to other replicas.
     Counter PARTS_SENT = "mergestream_storage_parts_sent_total";
     /// Request handlers that panicked (answered INTERNAL; the node keeps serving).

@@ -159,8 +159,9 @@ impl FlightSqlServer {
                 match session.describe(&sql, start, end).await.map_err(status_of)? {
                     Some(schema) => Ok((schema, TicketBody::Rows(sql))),
                     None => {
+                        let recorded = Recorded::start("update");
                         caller.may_write()?;
-                        session.plan(&sql, start, end).await.map_err(status_of)?;
+                        recorded.of(session.plan(&sql, start, end).await.map_err(status_of))?;
                         caller.keep(session.settings());
                         Ok((Arc::new(Schema::empty()), TicketBody::Nothing))
                     }
@@ -178,7 +179,8 @@ impl FlightSqlServer {
         };
         let (batches, receiver) = tokio::sync::mpsc::channel(BATCHES_AHEAD);
         let (schema_sender, schema) = tokio::sync::oneshot::channel();
-        self.queries.spawn(run_rows(self.session_of(caller), sql, schema_sender, batches));
+        let recorded = Recorded::start("query");
+        self.queries.spawn(run_rows(self.session_of(caller), sql, schema_sender, batches, recorded));
         let schema = schema.await.map_err(|_| Status::internal("the query's task ended before its schema"))??;
         let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
         Ok(Response::new(encode(schema, stream)))
@@ -186,8 +188,10 @@ impl FlightSqlServer {
 
     /// Runs a statement for its effect; how many rows it wrote, -1 where that is not a count.
     async fn update(&self, sql: String, caller: &Identity) -> Result<i64, Status> {
+        let recorded = Recorded::start("update");
+        let session_caller = caller.clone();
         let caller = caller.clone();
-        self.on_query_runtime(&caller.clone(), move |mut session: Session| async move {
+        let done = self.on_query_runtime(&session_caller, move |mut session: Session| async move {
             let (start, end) = only_statement(&sql).map_err(status_of)?;
             // Only a statement that returns rows reads and nothing else.
             if session.describe(&sql, start, end).await.map_err(status_of)?.is_none() {
@@ -204,8 +208,8 @@ impl FlightSqlServer {
                     Ok(-1)
                 }
             }
-        })
-        .await
+        });
+        recorded.of(done.await)
     }
 
     async fn tables(&self) -> Result<Vec<TableListing>, Status> {
@@ -280,6 +284,7 @@ async fn run_rows(
     sql: String,
     schema: tokio::sync::oneshot::Sender<Result<SchemaRef, Status>>,
     batches: tokio::sync::mpsc::Sender<Result<RecordBatch, Status>>,
+    mut recorded: Recorded,
 ) {
     let planned = match only_statement(&sql) {
         Ok((start, end)) => session.plan(&sql, start, end).await,
@@ -289,6 +294,7 @@ async fn run_rows(
         Ok(Outcome::Rows(rows)) => rows,
         Ok(Outcome::Done { .. }) => {
             let _ = schema.send(Ok(Arc::new(Schema::empty())));
+            recorded.ended("ok");
             return;
         }
         Err(e) => {
@@ -301,20 +307,68 @@ async fn run_rows(
     }
     while let Some(batch) = rows.stream.next().await {
         let batch = batch.map_err(|e| status_of(e.into()));
+        let streamed = batch.as_ref().map_or(0, |b| b.num_rows());
         let failed = batch.is_err();
         // A client that went away drops the receiver: the plan stops here.
-        if batches.send(batch).await.is_err() || failed {
+        if batches.send(batch).await.is_err() {
+            recorded.ended("cancelled");
             return;
         }
+        if failed {
+            return;
+        }
+        metrics::counter!(crate::metrics::FLIGHT_ROWS_STREAMED).increment(streamed as u64);
     }
+    recorded.ended("ok");
 }
 
 fn encode(schema: SchemaRef, batches: impl Stream<Item = Result<RecordBatch, Status>> + Send + 'static) -> BatchStream {
     let stream = FlightDataEncoderBuilder::new()
         .with_schema(schema)
         .build(batches.map_err(|e| FlightError::Tonic(Box::new(e))))
-        .map_err(Status::from);
+        .map_err(Status::from)
+        .inspect_ok(|data| {
+            let bytes = data.data_header.len() + data.data_body.len();
+            metrics::counter!(crate::metrics::FLIGHT_BYTES_STREAMED).increment(bytes as u64);
+        });
     Box::pin(stream)
+}
+
+/// One statement's metrics: in flight while it lives; counted by outcome and timed when it
+/// ends, as an error unless it was marked otherwise.
+pub(super) struct Recorded {
+    kind: &'static str,
+    began: std::time::Instant,
+    outcome: &'static str,
+}
+
+impl Recorded {
+    pub(super) fn start(kind: &'static str) -> Recorded {
+        metrics::gauge!(crate::metrics::FLIGHT_STATEMENTS_IN_FLIGHT).increment(1.0);
+        Recorded { kind, began: std::time::Instant::now(), outcome: "error" }
+    }
+
+    fn ended(&mut self, outcome: &'static str) {
+        self.outcome = outcome;
+    }
+
+    /// Marks `result` ok when it is, and hands it back.
+    pub(super) fn of<T>(mut self, result: Result<T, Status>) -> Result<T, Status> {
+        if result.is_ok() {
+            self.ended("ok");
+        }
+        result
+    }
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        metrics::gauge!(crate::metrics::FLIGHT_STATEMENTS_IN_FLIGHT).decrement(1.0);
+        metrics::counter!(crate::metrics::FLIGHT_STATEMENTS, "kind" => self.kind, "outcome" => self.outcome)
+            .increment(1);
+        metrics::histogram!(crate::metrics::FLIGHT_STATEMENT_DURATION, "kind" => self.kind)
+            .record(self.began.elapsed().as_secs_f64());
+    }
 }
 
 fn info_of(schema: &Schema, ticket: Vec<u8>, descriptor: FlightDescriptor) -> Result<FlightInfo, Status> {
@@ -466,7 +520,7 @@ impl FlightSqlService for FlightSqlServer {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         Identity::of(&request).may_write()?;
-        ingest::ingest(&self.catalog, command, request.into_inner()).await
+        Recorded::start("ingest").of(ingest::ingest(&self.catalog, command, request.into_inner()).await)
     }
 
     async fn do_put_prepared_statement_update(
