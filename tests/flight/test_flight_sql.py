@@ -41,6 +41,22 @@ def rows_of(cursor, sql):
     return [tuple(row) for row in cursor.fetchall()]
 
 
+def assert_matches_clickhouse(cursor, oracle, setup, queries, label=""):
+    """Runs `setup` here, then each query here and in chDB after the same setup: equal rows."""
+    for statement in statements(setup):
+        cursor.execute(statement)
+    for query in queries:
+        expected = [tuple(int(x) for x in line.split("\t")) for line in oracle.run(setup + query + ";").splitlines()]
+        assert rows_of(cursor, query) == expected, f"{label}{query}"
+
+
+def statement_ticket(client, sql, options=None):
+    """The ticket of a CommandStatementQuery (a statement that returns no rows runs now)."""
+    info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
+        flight_sql_command("CommandStatementQuery", [(1, sql)])), options or pyarrow.flight.FlightCallOptions())
+    return info.endpoints[0].ticket
+
+
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_final_and_aggregates_match_clickhouse(node, oracle, engine):
     setup = SETUP.format(engine=ENGINES[engine])
@@ -50,13 +66,7 @@ def test_final_and_aggregates_match_clickhouse(node, oracle, engine):
         "SELECT k, sum(v) AS s FROM t GROUP BY k ORDER BY k",
     ]
     with connect(node) as conn, conn.cursor() as cursor:
-        for statement in statements(setup):
-            cursor.execute(statement)
-        for query in queries:
-            got = rows_of(cursor, query)
-            expected_tsv = oracle.run(setup + query + ";")
-            expected = [tuple(int(x) for x in line.split("\t")) for line in expected_tsv.splitlines()]
-            assert got == expected, f"{engine}: {query}"
+        assert_matches_clickhouse(cursor, oracle, setup, queries, f"{engine}: ")
         cursor.execute("DROP TABLE t")
 
 
@@ -81,11 +91,7 @@ def test_aggregate_states_merge_as_in_clickhouse(node, oracle):
         "SELECT sumMerge(hits), uniqMerge(users) FROM daily",
     ]
     with connect(node) as conn, conn.cursor() as cursor:
-        for statement in statements(STATES):
-            cursor.execute(statement)
-        for query in queries:
-            expected = [tuple(int(x) for x in line.split("\t")) for line in oracle.run(STATES + query + ";").splitlines()]
-            assert rows_of(cursor, query) == expected, query
+        assert_matches_clickhouse(cursor, oracle, STATES, queries)
 
 
 def test_system_tables_and_statements(node):
@@ -417,9 +423,7 @@ def test_a_handshake_on_an_open_node_gives_a_session(node):
     with_token = pyarrow.flight.FlightCallOptions(headers=[header])
 
     def run(sql, options):
-        info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
-            flight_sql_command("CommandStatementQuery", [(1, sql)])), options)
-        return client.do_get(info.endpoints[0].ticket, options).read_all().to_pylist()
+        return client.do_get(statement_ticket(client, sql, options), options).read_all().to_pylist()
 
     for statement in SESSION_SETUP:
         run(statement, with_token)
@@ -448,13 +452,9 @@ def test_a_client_that_goes_away_stops_its_query_and_the_metrics_say_so(tmp_path
     try:
         wait_until(lambda: port_open(flight_port), 30, "the Flight SQL port")
         scrape = lambda: urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-        client = pyarrow.flight.FlightClient(f"grpc://127.0.0.1:{flight_port}")
-
-        def ticket(sql):
-            info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
-                flight_sql_command("CommandStatementQuery", [(1, sql)])))
-            return info.endpoints[0].ticket
-
+        node.flight_uri = f"grpc://127.0.0.1:{flight_port}"
+        client = pyarrow.flight.FlightClient(node.flight_uri)
+        ticket = lambda sql: statement_ticket(client, sql)  # noqa: E731
         reader = client.do_get(ticket("SELECT number FROM numbers(1000000000000)"))
         first = reader.read_chunk()
         assert first.data.num_rows > 0
@@ -465,7 +465,7 @@ def test_a_client_that_goes_away_stops_its_query_and_the_metrics_say_so(tmp_path
                    "nothing in flight")
         assert client.do_get(ticket("SELECT sum(number) FROM numbers(1000)")).read_all().to_pylist() == \
             [{"sum(number)": 499500}]
-        with connect_uri(f"grpc://127.0.0.1:{flight_port}") as conn, conn.cursor() as cursor:
+        with connect(node) as conn, conn.cursor() as cursor:
             cursor.execute("CREATE TABLE m (k UInt64) ENGINE = MergeTree ORDER BY k")
             cursor.adbc_ingest("m", pyarrow.table({"k": pyarrow.array([1, 2, 3], pyarrow.uint64())}), mode="append")
         text = scrape()
@@ -478,9 +478,6 @@ def test_a_client_that_goes_away_stops_its_query_and_the_metrics_say_so(tmp_path
     finally:
         node.kill()
 
-
-def connect_uri(uri):
-    return flightsql.connect(uri, autocommit=True)
 
 
 def test_twenty_clients_at_once_each_get_their_own_settings(secured):

@@ -23,8 +23,8 @@ use mergestream_engine::{Catalog, InsertOptions, Table};
 use mergestream_query::session::{CATALOG_NAME, MAX_INSERT_BLOCK_ROWS};
 use tonic::Status;
 
-use super::status_of;
 use crate::ingest::blocking;
+use crate::status::status_of;
 
 /// The option naming the insert's deduplication token, as the ClickHouse setting is named.
 pub const TOKEN_OPTION: &str = "insert_deduplication_token";

@@ -44,10 +44,10 @@ use mergestream_query::exec::catalog::{list_tables, TableListing};
 use mergestream_query::session::{only_statement, Outcome, CATALOG_NAME};
 use mergestream_query::sql::parameters::{bind, placeholders};
 use mergestream_query::{OutputFormat, Session};
-
-pub use crate::status::status_of;
 use prost::Message;
 use tonic::{Request, Response, Status};
+
+use crate::status::status_of;
 
 /// Batches a DoGet keeps ready ahead of the client: the plan waits when the client reads
 /// slower than the plan makes rows.
@@ -189,16 +189,15 @@ impl FlightSqlServer {
     /// Runs a statement for its effect; how many rows it wrote, -1 where that is not a count.
     async fn update(&self, sql: String, caller: &Identity) -> Result<i64, Status> {
         let recorded = Recorded::start("update");
-        let session_caller = caller.clone();
-        let caller = caller.clone();
-        let done = self.on_query_runtime(&session_caller, move |mut session: Session| async move {
+        let writer = caller.clone();
+        let done = self.on_query_runtime(caller, move |mut session: Session| async move {
             let (start, end) = only_statement(&sql).map_err(status_of)?;
             // Only a statement that returns rows reads and nothing else.
             if session.describe(&sql, start, end).await.map_err(status_of)?.is_none() {
-                caller.may_write()?;
+                writer.may_write()?;
             }
             let outcome = session.plan(&sql, start, end).await.map_err(status_of)?;
-            caller.keep(session.settings());
+            writer.keep(session.settings());
             match outcome {
                 Outcome::Done { rows_written: Some(rows) } => Ok(rows as i64),
                 Outcome::Done { rows_written: None } => Ok(-1),
@@ -336,14 +335,14 @@ fn encode(schema: SchemaRef, batches: impl Stream<Item = Result<RecordBatch, Sta
 
 /// One statement's metrics: in flight while it lives; counted by outcome and timed when it
 /// ends, as an error unless it was marked otherwise.
-pub(super) struct Recorded {
+struct Recorded {
     kind: &'static str,
     began: std::time::Instant,
     outcome: &'static str,
 }
 
 impl Recorded {
-    pub(super) fn start(kind: &'static str) -> Recorded {
+    fn start(kind: &'static str) -> Recorded {
         metrics::gauge!(crate::metrics::FLIGHT_STATEMENTS_IN_FLIGHT).increment(1.0);
         Recorded { kind, began: std::time::Instant::now(), outcome: "error" }
     }
@@ -353,7 +352,7 @@ impl Recorded {
     }
 
     /// Marks `result` ok when it is, and hands it back.
-    pub(super) fn of<T>(mut self, result: Result<T, Status>) -> Result<T, Status> {
+    fn of<T>(mut self, result: Result<T, Status>) -> Result<T, Status> {
         if result.is_ok() {
             self.ended("ok");
         }
