@@ -510,3 +510,41 @@ def test_twenty_clients_at_once_each_get_their_own_settings(secured):
     for i in range(20):
         expected = (apart, merged) if i % 2 else (merged, apart)
         assert results[i] == {expected}, i
+
+
+def test_limits_a_query_runs_under(tmp_path):
+    """max_execution_time ends a query with TIMEOUT_EXCEEDED (DEADLINE_EXCEEDED), also one
+    busy before its first batch; max_memory_usage ends an aggregation past it with
+    MEMORY_LIMIT_EXCEEDED naming the limit (RESOURCE_EXHAUSTED); past max_concurrent_queries a
+    statement is refused with ClickHouse's TOO_MANY_SIMULTANEOUS_QUERIES until one ends."""
+    port = free_port()
+    node = StorageNode(tmp_path, None, extra_args=["--flight-addr", f"127.0.0.1:{port}",
+                                                   "--max-concurrent-queries", "1"]).start()
+    try:
+        wait_until(lambda: port_open(port), 30, "the Flight SQL port")
+        client = pyarrow.flight.FlightClient(f"grpc://127.0.0.1:{port}")
+
+        def ticket(sql):
+            return statement_ticket(client, sql)
+
+        with pytest.raises(pyarrow.flight.FlightTimedOutError, match="TIMEOUT_EXCEEDED"):
+            client.do_get(ticket("SELECT count() FROM numbers(100000000000) SETTINGS max_execution_time = 0.5")).read_all()
+        # pyarrow raises gRPC's RESOURCE_EXHAUSTED as ArrowInvalid.
+        with pytest.raises(pyarrow.ArrowInvalid, match=r"maximum: 1000000 bytes \(max_memory_usage\)"):
+            client.do_get(ticket("SELECT number AS k, count() FROM numbers(1000000) GROUP BY k "
+                                 "SETTINGS max_memory_usage = 1000000")).read_all()
+
+        held = client.do_get(ticket("SELECT number FROM numbers(1000000000000)"))
+        held.read_chunk()
+        with pytest.raises(pyarrow.ArrowInvalid, match="Too many simultaneous queries. Maximum: 1"):
+            client.do_get(ticket("SELECT 1")).read_all()
+        held.cancel()
+
+        def answers():
+            try:
+                return client.do_get(ticket("SELECT 1 AS one")).read_all().to_pylist() == [{"one": 1}]
+            except (pyarrow.flight.FlightError, pyarrow.ArrowInvalid):
+                return False
+        wait_until(answers, 30, "a query once the first one ended")
+    finally:
+        node.kill()

@@ -31,6 +31,16 @@ pub enum QueryError {
     #[error("not supported: {0}")]
     Unsupported(String),
 
+    /// Past `max_execution_time` (in milliseconds, as ClickHouse words it).
+    #[error("Timeout exceeded: elapsed {elapsed_ms:.3} ms, maximum: {limit_ms:.3} ms. (TIMEOUT_EXCEEDED)")]
+    Timeout { elapsed_ms: f64, limit_ms: f64 },
+
+    /// Past `max_memory_usage`: the operator's own words after the limit.
+    #[error(
+        "Query memory limit exceeded: maximum: {limit} bytes (max_memory_usage): {message} (MEMORY_LIMIT_EXCEEDED)"
+    )]
+    MemoryLimit { limit: usize, message: String },
+
     #[error("{0}")]
     Invalid(String),
 }
@@ -40,7 +50,10 @@ impl From<DataFusionError> for QueryError {
         match e {
             DataFusionError::External(inner) => match inner.downcast::<EngineError>() {
                 Ok(engine) => QueryError::Engine(*engine),
-                Err(other) => QueryError::DataFusion(Box::new(DataFusionError::External(other))),
+                Err(other) => match other.downcast::<QueryError>() {
+                    Ok(query) => *query,
+                    Err(other) => QueryError::DataFusion(Box::new(DataFusionError::External(other))),
+                },
             },
             other => match missing_table(&other) {
                 Some(table) => QueryError::Engine(EngineError::UnknownTable(table)),
@@ -75,6 +88,42 @@ pub enum ErrorKind {
     NotNow,
     /// The server's own failure: I/O, a corrupt part, a failed task.
     Internal,
+    /// Past the statement's time limit.
+    TimedOut,
+}
+
+impl ErrorKind {
+    /// The kind of an engine failure, for a statement and for the Ingest service alike.
+    pub fn of_engine(e: &EngineError) -> ErrorKind {
+        match e {
+            EngineError::UnknownTable(_) => ErrorKind::NotFound,
+            EngineError::TableExists(_) => ErrorKind::AlreadyExists,
+            EngineError::InvalidType { .. }
+            | EngineError::BadTableDefinition(_)
+            | EngineError::BadTableName { .. }
+            | EngineError::UnknownSetting(_)
+            | EngineError::BadSetting { .. }
+            | EngineError::BadInsert { .. }
+            | EngineError::BadOptimize { .. } => ErrorKind::BadStatement,
+            EngineError::DirectoryInTheWay { .. } | EngineError::NoCoordinator { .. } => ErrorKind::NotNow,
+            EngineError::TooManyParts { .. } => ErrorKind::TryLater,
+            EngineError::CommitRefused { .. } | EngineError::CommitOutcomeUnknown(_) | EngineError::Coordinator(_) => {
+                ErrorKind::Unavailable
+            }
+            // Retried by the writer: the replicas or the coordinator may be back soon.
+            EngineError::Replication {
+                code: "TABLE_IS_READ_ONLY" | "TOO_FEW_LIVE_REPLICAS" | "READONLY" | "UNKNOWN_STATUS_OF_INSERT",
+                ..
+            } => ErrorKind::Unavailable,
+            EngineError::Replication { .. } => ErrorKind::NotNow,
+            EngineError::CorruptPart { .. }
+            | EngineError::Io { .. }
+            | EngineError::Parquet { .. }
+            | EngineError::Arrow(_)
+            | EngineError::Metadata { .. }
+            | EngineError::TaskFailed(_) => ErrorKind::Internal,
+        }
+    }
 }
 
 impl QueryError {
@@ -86,6 +135,8 @@ impl QueryError {
             | QueryError::Invalid(_)
             | QueryError::Arrow(_) => ErrorKind::BadStatement,
             QueryError::Unsupported(_) => ErrorKind::Unsupported,
+            QueryError::Timeout { .. } => ErrorKind::TimedOut,
+            QueryError::MemoryLimit { .. } => ErrorKind::TryLater,
             QueryError::DataFusion(e) => match e.find_root() {
                 DataFusionError::SQL(..)
                 | DataFusionError::Plan(_)
@@ -94,30 +145,7 @@ impl QueryError {
                 DataFusionError::ResourcesExhausted(_) => ErrorKind::TryLater,
                 _ => ErrorKind::Internal,
             },
-            QueryError::Engine(e) => match e {
-                EngineError::UnknownTable(_) => ErrorKind::NotFound,
-                EngineError::TableExists(_) => ErrorKind::AlreadyExists,
-                EngineError::InvalidType { .. }
-                | EngineError::BadTableDefinition(_)
-                | EngineError::BadTableName { .. }
-                | EngineError::UnknownSetting(_)
-                | EngineError::BadSetting { .. }
-                | EngineError::BadInsert { .. }
-                | EngineError::BadOptimize { .. } => ErrorKind::BadStatement,
-                EngineError::DirectoryInTheWay { .. } | EngineError::NoCoordinator { .. } => ErrorKind::NotNow,
-                EngineError::TooManyParts { .. } => ErrorKind::TryLater,
-                EngineError::CommitRefused { .. }
-                | EngineError::CommitOutcomeUnknown(_)
-                | EngineError::Coordinator(_) => ErrorKind::Unavailable,
-                EngineError::Replication { code: "TABLE_IS_READ_ONLY", .. } => ErrorKind::Unavailable,
-                EngineError::Replication { .. } => ErrorKind::NotNow,
-                EngineError::CorruptPart { .. }
-                | EngineError::Io { .. }
-                | EngineError::Parquet { .. }
-                | EngineError::Arrow(_)
-                | EngineError::Metadata { .. }
-                | EngineError::TaskFailed(_) => ErrorKind::Internal,
-            },
+            QueryError::Engine(e) => ErrorKind::of_engine(e),
         }
     }
 

@@ -9,6 +9,7 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::compute::{cast, concat_batches};
 use arrow::datatypes::{DataType as ArrowType, Field, Schema, SchemaRef};
 use datafusion::catalog::{CatalogProviderList, MemoryCatalogProviderList};
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::execution::{FunctionRegistry, SendableRecordBatchStream};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -24,6 +25,7 @@ use mergestream_engine::{Catalog, EngineError, InsertOptions, OptimizeRequest, T
 use crate::error::{QueryError, Result};
 use crate::exec::catalog::{EngineCatalog, NumbersFunction, StatementScope};
 use crate::exec::empty_aggregates::clickhouse_empty_results;
+use crate::exec::limits::Limits;
 use crate::format::{write_result, OutputFormat};
 use crate::input::{self, build_block, insert_columns};
 use crate::sql::lexer::{line_col, tokenize, Token};
@@ -56,6 +58,8 @@ const KNOWN_SETTINGS: &[&str] = &[
     "alter_sync",
     "replication_alter_partitions_sync",
     "replication_wait_for_inactive_replica_timeout",
+    "max_execution_time",
+    "max_memory_usage",
 ];
 
 /// ClickHouse's `replication_wait_for_inactive_replica_timeout` default, in seconds.
@@ -154,12 +158,20 @@ impl Session {
 
     /// A context to plan one statement in: its tables resolve with `scope` alone.
     fn context(&self, base: &SessionState, scope: StatementScope) -> SessionContext {
+        self.context_within(base, scope, base.runtime_env().clone())
+    }
+
+    /// The same, with the runtime (memory pool) of the statement's limits.
+    fn context_within(&self, base: &SessionState, scope: StatementScope, runtime: Arc<RuntimeEnv>) -> SessionContext {
         let catalogs = MemoryCatalogProviderList::new();
         catalogs.register_catalog(
             CATALOG_NAME.to_string(),
             Arc::new(EngineCatalog { catalog: self.catalog.clone(), scope: Arc::new(scope) }),
         );
-        let state = SessionStateBuilder::new_from_existing(base.clone()).with_catalog_list(Arc::new(catalogs)).build();
+        let state = SessionStateBuilder::new_from_existing(base.clone())
+            .with_catalog_list(Arc::new(catalogs))
+            .with_runtime_env(runtime)
+            .build();
         SessionContext::new_with_state(state)
     }
 
@@ -432,7 +444,7 @@ impl Session {
                 Some(describe_schema())
             }
             Statement::Select { start, end } => {
-                let (frame, _) = self.select_frame(script, start, end).await?;
+                let (frame, _, _) = self.select_frame(script, start, end).await?;
                 Some(Arc::new(frame.schema().as_arrow().clone()))
             }
             _ => None,
@@ -440,20 +452,27 @@ impl Session {
     }
 
     async fn select(&mut self, script: &str, start: usize, end: usize) -> Result<Rows> {
-        let (frame, format) = self.select_frame(script, start, end).await?;
+        let (frame, format, limits) = self.select_frame(script, start, end).await?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
-        Ok(Rows { schema, stream: frame.execute_stream().await?, format })
+        Ok(Rows { schema, stream: limits.bound(frame.execute_stream().await?), format })
     }
 
-    /// A SELECT planned, and its own FORMAT.
-    async fn select_frame(&self, script: &str, start: usize, end: usize) -> Result<(DataFrame, Option<OutputFormat>)> {
+    /// A SELECT planned, its own FORMAT, and the limits it runs under.
+    async fn select_frame(
+        &self,
+        script: &str,
+        start: usize,
+        end: usize,
+    ) -> Result<(DataFrame, Option<OutputFormat>, Limits)> {
         let rewritten = rewrite_select(script, start, end, &|t| self.column_names(t))?;
         for (name, _) in &rewritten.settings {
             check_setting(name)?;
         }
         let format = rewritten.format.as_deref().map(OutputFormat::parse).transpose()?;
-        let ctx = self.context(&self.state, self.scope(&rewritten.settings, rewritten.scans));
-        Ok((query(&ctx, &rewritten.sql).await?, format))
+        let limits = Limits::from_settings(|name| self.setting(&rewritten.settings, name))?;
+        let runtime = limits.runtime(self.state.runtime_env())?;
+        let ctx = self.context_within(&self.state, self.scope(&rewritten.settings, rewritten.scans), runtime);
+        Ok((query(&ctx, &rewritten.sql).await?, format, limits))
     }
 
     /// Runs an INSERT; returns how many rows it wrote.

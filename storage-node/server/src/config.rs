@@ -16,6 +16,8 @@ use serde::Deserialize;
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:9100";
 pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_MERGE_THREADS: usize = 2;
+/// ClickHouse's `max_concurrent_queries` default.
+pub const DEFAULT_MAX_CONCURRENT_QUERIES: usize = 1000;
 
 pub use mergestream_cli::ConfigError;
 
@@ -28,6 +30,7 @@ pub struct ServeFile {
     pub flight_addr: Option<SocketAddr>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    pub max_concurrent_queries: Option<usize>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: Option<u64>,
     pub coordinator_identity: Option<String>,
@@ -65,6 +68,8 @@ pub struct ServeConfig {
     pub flight_addr: Option<SocketAddr>,
     /// TLS on the Ingest and Flight SQL ports (plain text when absent).
     pub tls: Option<ServerTlsFiles>,
+    /// Flight SQL statements running at once, past which one is refused (RESOURCE_EXHAUSTED).
+    pub max_concurrent_queries: usize,
     pub coordinator: Option<String>,
     pub session_timeout_ms: u64,
     /// TLS and the identity to reach the coordinator with.
@@ -86,6 +91,7 @@ pub struct ServeFlags {
     pub flight_addr: Option<SocketAddr>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    pub max_concurrent_queries: Option<usize>,
     pub coordinator: Option<String>,
     pub session_timeout_ms: Option<u64>,
     pub coordinator_tls: TlsSettings,
@@ -120,6 +126,10 @@ impl ServeConfig {
             grpc_addr: flags.grpc_addr.or(file.grpc_addr).unwrap_or(default_grpc),
             flight_addr: flags.flight_addr.or(file.flight_addr),
             tls,
+            max_concurrent_queries: flags
+                .max_concurrent_queries
+                .or(file.max_concurrent_queries)
+                .unwrap_or(DEFAULT_MAX_CONCURRENT_QUERIES),
             coordinator: flags.coordinator.or(file.coordinator),
             session_timeout_ms: flags
                 .session_timeout_ms
@@ -143,6 +153,9 @@ impl ServeConfig {
 
     fn validate(&self) -> Result<(), ConfigError> {
         UserConfig::validate(&self.users).map_err(ConfigError::Invalid)?;
+        if self.max_concurrent_queries == 0 {
+            return Err(ConfigError::Invalid("max_concurrent_queries must be above 0".into()));
+        }
         if self.session_timeout_ms == 0 {
             return Err(ConfigError::Invalid("session_timeout_ms must be above 0".into()));
         }
@@ -176,6 +189,8 @@ pub fn example() -> String {
          # private key, PEM. Plain text when absent; clients then need the CA (--storage-tls-ca).\n\
          # tls_cert = \"/etc/mergestream/node.pem\"\n\
          # tls_key = \"/etc/mergestream/node.key\"\n\
+         # Flight SQL statements running at once; one more is refused (RESOURCE_EXHAUSTED).\n\
+         # max_concurrent_queries = {DEFAULT_MAX_CONCURRENT_QUERIES}\n\
          # The coordinator (or ZooKeeper) hosts, host:port[,host:port...]: replicated tables and\n\
          # inserts that commit a source offset need it.\n\
          # coordinator = \"127.0.0.1:2181\"\n\

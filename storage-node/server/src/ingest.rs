@@ -29,6 +29,8 @@ use mergestream_proto::ingest::{
 };
 use mergestream_proto::refusal::Reason;
 use mergestream_query::{OutputFormat, Session};
+
+use crate::status::status_of_engine;
 use mergestream_replication::session::{is_outcome_unknown, CoordinatorSession};
 use serde::{Deserialize, Serialize};
 use tonic::{Request, Response, Status};
@@ -105,29 +107,6 @@ pub struct IngestService {
     /// Queries run here, not on the runtime serving gRPC: DataFusion decodes and aggregates
     /// on its runtime's threads, and a long query must not hold up inserts and commits.
     queries: tokio::runtime::Handle,
-}
-
-fn engine_status(e: EngineError) -> Status {
-    match &e {
-        EngineError::TooManyParts { .. } => Status::resource_exhausted(e.to_string()),
-        EngineError::BadInsert { .. }
-        | EngineError::UnknownTable(_)
-        | EngineError::BadTableName { .. }
-        | EngineError::BadTableDefinition(_) => Status::invalid_argument(e.to_string()),
-        EngineError::DirectoryInTheWay { .. } => Status::failed_precondition(e.to_string()),
-        EngineError::Coordinator(_) | EngineError::CommitOutcomeUnknown(_) | EngineError::CommitRefused { .. } => {
-            Status::unavailable(e.to_string())
-        }
-        // Retried by the writer: the replicas or the coordinator may be back soon.
-        EngineError::Replication {
-            code: "TABLE_IS_READ_ONLY" | "TOO_FEW_LIVE_REPLICAS" | "READONLY" | "UNKNOWN_STATUS_OF_INSERT",
-            ..
-        } => Status::unavailable(e.to_string()),
-        EngineError::Replication { .. } | EngineError::NoCoordinator { .. } => {
-            Status::failed_precondition(e.to_string())
-        }
-        _ => Status::internal(e.to_string()),
-    }
 }
 
 fn schema_bytes(table: &Table) -> Result<Vec<u8>, Status> {
@@ -277,7 +256,7 @@ async fn commit_with_offset(
     let context = serde_json::to_string(&pending).map_err(|e| Status::internal(e.to_string()))?;
     let options = InsertOptions { deduplication_token: Some(token.clone()), ..Default::default() };
     let t = table.clone();
-    let prepared = blocking(move || t.prepare_insert(batch, &options, &context)).await?.map_err(engine_status)?;
+    let prepared = blocking(move || t.prepare_insert(batch, &options, &context)).await?.map_err(status_of_engine)?;
 
     let record = OffsetRecord { next: offset.next_position, token: token.clone(), attempt: attempt.clone() }.encode();
     let extra =
@@ -288,7 +267,7 @@ async fn commit_with_offset(
             let offset_version = outcome.versions.first().copied().unwrap_or(-1);
             Ok(InsertReply { rows, parts: summary.parts, duplicate: false, offset_version, quorum_pending: false })
         }
-        Err(PreparedCommitError::NotActivated(e)) => Err(engine_status(e)),
+        Err(PreparedCommitError::NotActivated(e)) => Err(status_of_engine(e)),
         Err(PreparedCommitError::Uncommitted { prepared, error }) => match error {
             EngineError::CommitRefused { refusal: Refusal::NoNode, path } if path == offset.path => {
                 blocking(move || table.abort_prepared(prepared)).await?;
@@ -304,7 +283,7 @@ async fn commit_with_offset(
             error => {
                 // The coordinator answered, and the write did not happen.
                 blocking(move || table.abort_prepared(prepared)).await?;
-                Err(engine_status(error))
+                Err(status_of_engine(error))
             }
         },
     }
@@ -355,7 +334,7 @@ async fn settle_unknown(
     match current {
         Some((record, version)) if record.attempt == pending.attempt => {
             let rows = prepared.record.rows as u64;
-            let summary = blocking(move || table.commit_prepared(prepared)).await?.map_err(engine_status)?;
+            let summary = blocking(move || table.commit_prepared(prepared)).await?.map_err(status_of_engine)?;
             Ok(InsertReply {
                 rows,
                 parts: summary.parts,
@@ -368,7 +347,7 @@ async fn settle_unknown(
             // A retry of a block that already committed: nothing to add. Its reply names the
             // parts the earlier attempt made, so that a quorum insert waits for their quorum
             // as the first reply would have.
-            let parts = table.committed_parts_of(&prepared).await.map_err(engine_status)?;
+            let parts = table.committed_parts_of(&prepared).await.map_err(status_of_engine)?;
             blocking(move || table.abort_prepared(prepared)).await?;
             metrics::counter!(crate::metrics::BLOCKS_DUPLICATE).increment(1);
             Ok(InsertReply { rows: 0, parts, duplicate: true, offset_version: version, quorum_pending: false })
@@ -462,7 +441,7 @@ async fn await_quorum(table: &Table, quorum: &Quorum, parts: Vec<String>) -> Res
             warn!(table = table.name(), message, "the insert quorum is not reached yet");
             Ok(false)
         }
-        Err(e) => Err(engine_status(e)),
+        Err(e) => Err(status_of_engine(e)),
     }
 }
 
@@ -477,7 +456,7 @@ impl IngestService {
             .map_err(|e| Status::internal(format!("the DDL's parser failed: {e}")))?
             .map_err(|e| Status::invalid_argument(format!("in the DDL: {e}")))?;
         let name = def.name.clone();
-        self.catalog.create_table_async(def, true).await.map_err(engine_status)?;
+        self.catalog.create_table_async(def, true).await.map_err(status_of_engine)?;
         let table = self.table(&name)?;
         Ok(Response::new(TableSchema { table: name, arrow_schema: schema_bytes(&table)? }))
     }
@@ -504,7 +483,7 @@ impl IngestService {
         let reply = match (request.offset, token) {
             (Some(offset), Some(token)) => {
                 if let Some(quorum) = &quorum {
-                    table.check_quorum(quorum).await.map_err(engine_status)?;
+                    table.check_quorum(quorum).await.map_err(status_of_engine)?;
                 }
                 let mut reply = self.insert_with_offset(table.clone(), batch, token, offset, quorum).await?;
                 // The block and its offset are in whatever the quorum says: a quorum not
@@ -520,7 +499,7 @@ impl IngestService {
                 // As an INSERT statement: a quorum not reached in time is an error, and a retry
                 // of the same block is deduplicated and waits for the same quorum.
                 let options = InsertOptions { deduplication_token: token, quorum, ..Default::default() };
-                let summary = table.insert_async(batch, options).await.map_err(engine_status)?;
+                let summary = table.insert_async(batch, options).await.map_err(status_of_engine)?;
                 InsertReply {
                     rows,
                     duplicate: summary.deduplicated > 0 && summary.parts.is_empty(),

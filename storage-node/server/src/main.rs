@@ -88,6 +88,10 @@ struct ServeArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long)]
     tls_key: Option<PathBuf>,
+    /// Flight SQL statements running at once, past which one is refused with
+    /// RESOURCE_EXHAUSTED [default: 1000].
+    #[arg(long)]
+    max_concurrent_queries: Option<usize>,
     /// The coordinator (or ZooKeeper) hosts, `host:port[,host:port…]`. Needed for replicated
     /// tables and for inserts that commit a source offset with their block.
     #[arg(long)]
@@ -131,6 +135,7 @@ impl ServeArgs {
             flight_addr: self.flight_addr,
             tls_cert: self.tls_cert,
             tls_key: self.tls_key,
+            max_concurrent_queries: self.max_concurrent_queries,
             coordinator: self.coordinator,
             session_timeout_ms: self.session_timeout_ms,
             coordinator_tls: self.coordinator_tls,
@@ -366,7 +371,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             } else {
                 tracing::info!(%addr, users = args.users.len(), "serving Arrow Flight SQL");
             }
-            let service = flight::FlightSqlServer::new(catalog.clone(), query_handle.clone(), users.clone());
+            let service = flight::FlightSqlServer::new(catalog.clone(), query_handle.clone(), users.clone())
+                .with_max_concurrent_queries(args.max_concurrent_queries);
             // Every call, the handshake included, is checked before a handler runs.
             let service = tonic::service::interceptor::InterceptedService::new(
                 arrow_flight::flight_service_server::FlightServiceServer::new(service)

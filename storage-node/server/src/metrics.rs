@@ -29,7 +29,7 @@ mergestream_telemetry::catalogue! {
     Histogram QUERY_DURATION = "mergestream_storage_query_duration_seconds";
     /// Flight SQL statements, by kind (`query`: rows streamed by DoGet; `update`: a statement
     /// run for its effect; `ingest`: bulk ingest) and outcome (`ok`, `error`, `cancelled`: the
-    /// client went away mid-stream).
+    /// client went away mid-stream; `refused`: past `max_concurrent_queries`).
     Counter FLIGHT_STATEMENTS = "mergestream_storage_flight_statements_total" ["kind", "outcome"];
     /// Time of one Flight SQL statement: to its last batch for a query, to its reply otherwise.
     Histogram FLIGHT_STATEMENT_DURATION = "mergestream_storage_flight_statement_duration_seconds" ["kind"];

@@ -1,5 +1,5 @@
 //! How a failed statement is answered over gRPC, by Flight SQL and by the Ingest service's
-//! Query alike: the code of the error's kind, so that a client tells a statement to fix
+//! Query and inserts alike: the code of the error's kind, so that a client tells a statement to fix
 //! (INVALID_ARGUMENT, NOT_FOUND) from a moment to wait out (UNAVAILABLE, RESOURCE_EXHAUSTED).
 
 use mergestream_query::error::ErrorKind;
@@ -16,6 +16,11 @@ pub fn status_of_script(error: StatementError) -> Status {
     Status::new(code_of(error.error.kind()), error.to_string())
 }
 
+/// An engine failure outside a statement (an insert, a table created by the Ingest service).
+pub fn status_of_engine(error: mergestream_engine::EngineError) -> Status {
+    Status::new(code_of(ErrorKind::of_engine(&error)), error.to_string())
+}
+
 fn code_of(kind: ErrorKind) -> tonic::Code {
     match kind {
         ErrorKind::BadStatement => tonic::Code::InvalidArgument,
@@ -26,5 +31,6 @@ fn code_of(kind: ErrorKind) -> tonic::Code {
         ErrorKind::Unavailable => tonic::Code::Unavailable,
         ErrorKind::NotNow => tonic::Code::FailedPrecondition,
         ErrorKind::Internal => tonic::Code::Internal,
+        ErrorKind::TimedOut => tonic::Code::DeadlineExceeded,
     }
 }

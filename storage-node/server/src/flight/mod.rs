@@ -68,6 +68,7 @@ pub struct FlightSqlServer {
     sql_info: SqlInfoData,
     type_info: XdbcTypeInfoData,
     users: Arc<Users>,
+    admission: Admission,
 }
 
 /// GetTableTypes: what GetTables' `table_type` holds.
@@ -123,7 +124,12 @@ impl FlightSqlServer {
             sql_info: sql_info(),
             type_info: type_info::type_info(),
             users,
+            admission: Admission::new(crate::config::DEFAULT_MAX_CONCURRENT_QUERIES),
         }
+    }
+
+    pub fn with_max_concurrent_queries(self, limit: usize) -> FlightSqlServer {
+        FlightSqlServer { admission: Admission::new(limit), ..self }
     }
 
     /// A query session with what the caller's earlier statements `SET`.
@@ -153,14 +159,16 @@ impl FlightSqlServer {
         descriptor: FlightDescriptor,
         caller: Identity,
     ) -> Result<FlightInfo, Status> {
+        // A query runs (and is admitted) at DoGet; an update runs here.
+        let admission = self.admission.clone();
         let (schema, ticket) = self
             .on_query_runtime(&caller.clone(), move |mut session: Session| async move {
                 let (start, end) = only_statement(&sql).map_err(status_of)?;
                 match session.describe(&sql, start, end).await.map_err(status_of)? {
                     Some(schema) => Ok((schema, TicketBody::Rows(sql))),
                     None => {
-                        let recorded = Recorded::start("update");
                         caller.may_write()?;
+                        let recorded = admission.admit("update")?;
                         recorded.of(session.plan(&sql, start, end).await.map_err(status_of))?;
                         caller.keep(session.settings());
                         Ok((Arc::new(Schema::empty()), TicketBody::Nothing))
@@ -179,7 +187,7 @@ impl FlightSqlServer {
         };
         let (batches, receiver) = tokio::sync::mpsc::channel(BATCHES_AHEAD);
         let (schema_sender, schema) = tokio::sync::oneshot::channel();
-        let recorded = Recorded::start("query");
+        let recorded = self.admission.admit("query")?;
         self.queries.spawn(run_rows(self.session_of(caller), sql, schema_sender, batches, recorded));
         let schema = schema.await.map_err(|_| Status::internal("the query's task ended before its schema"))??;
         let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
@@ -188,7 +196,7 @@ impl FlightSqlServer {
 
     /// Runs a statement for its effect; how many rows it wrote, -1 where that is not a count.
     async fn update(&self, sql: String, caller: &Identity) -> Result<i64, Status> {
-        let recorded = Recorded::start("update");
+        let recorded = self.admission.admit("update")?;
         let writer = caller.clone();
         let done = self.on_query_runtime(caller, move |mut session: Session| async move {
             let (start, end) = only_statement(&sql).map_err(status_of)?;
@@ -333,18 +341,45 @@ fn encode(schema: SchemaRef, batches: impl Stream<Item = Result<RecordBatch, Sta
     Box::pin(stream)
 }
 
+/// `max_concurrent_queries`: one permit per statement running.
+#[derive(Clone)]
+struct Admission {
+    running: Arc<tokio::sync::Semaphore>,
+    limit: usize,
+}
+
+impl Admission {
+    fn new(limit: usize) -> Admission {
+        Admission { running: Arc::new(tokio::sync::Semaphore::new(limit)), limit }
+    }
+
+    /// A statement's metrics and its place among those running, or ClickHouse's refusal when
+    /// `limit` already run.
+    fn admit(&self, kind: &'static str) -> Result<Recorded, Status> {
+        let permit = self.running.clone().try_acquire_owned().map_err(|_| {
+            metrics::counter!(crate::metrics::FLIGHT_STATEMENTS, "kind" => kind, "outcome" => "refused").increment(1);
+            Status::resource_exhausted(format!(
+                "Too many simultaneous queries. Maximum: {} (TOO_MANY_SIMULTANEOUS_QUERIES)",
+                self.limit
+            ))
+        })?;
+        Ok(Recorded::start(kind, permit))
+    }
+}
+
 /// One statement's metrics: in flight while it lives; counted by outcome and timed when it
 /// ends, as an error unless it was marked otherwise.
 struct Recorded {
     kind: &'static str,
     began: std::time::Instant,
     outcome: &'static str,
+    _running: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Recorded {
-    fn start(kind: &'static str) -> Recorded {
+    fn start(kind: &'static str, running: tokio::sync::OwnedSemaphorePermit) -> Recorded {
         metrics::gauge!(crate::metrics::FLIGHT_STATEMENTS_IN_FLIGHT).increment(1.0);
-        Recorded { kind, began: std::time::Instant::now(), outcome: "error" }
+        Recorded { kind, began: std::time::Instant::now(), outcome: "error", _running: running }
     }
 
     fn ended(&mut self, outcome: &'static str) {
@@ -519,7 +554,7 @@ impl FlightSqlService for FlightSqlServer {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         Identity::of(&request).may_write()?;
-        Recorded::start("ingest").of(ingest::ingest(&self.catalog, command, request.into_inner()).await)
+        self.admission.admit("ingest")?.of(ingest::ingest(&self.catalog, command, request.into_inner()).await)
     }
 
     async fn do_put_prepared_statement_update(
