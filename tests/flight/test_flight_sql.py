@@ -548,3 +548,45 @@ def test_limits_a_query_runs_under(tmp_path):
         wait_until(answers, 30, "a query once the first one ended")
     finally:
         node.kill()
+
+
+CANCEL_STATUS = {1: "CANCELLED", 2: "CANCELLING", 3: "NOT_CANCELLABLE"}
+
+
+def cancel_flight_info(client, info):
+    """The CancelFlightInfo action (pyarrow has no call for it): the status it answers."""
+    action = pyarrow.flight.Action("CancelFlightInfo", protobuf_field(1, info.serialize()))
+    (result,) = list(client.do_action(action))
+    body = result.body.to_pybytes()
+    assert body[:1] == b"\x08", body
+    return CANCEL_STATUS[body[1]]
+
+
+def test_cancel_flight_info_stops_a_query_before_and_while_it_streams(node):
+    """CancelFlightInfo stops a streaming query (its reader gets QUERY_WAS_CANCELLED) and
+    the node serves the next; a ticket cancelled before its DoGet is refused; a query whose
+    rows were all sent is NOT_CANCELLABLE. The action is listed."""
+    client = pyarrow.flight.FlightClient(node.flight_uri)
+    assert "CancelFlightInfo" in {a.type for a in client.list_actions()}
+
+    def info_of(sql):
+        return client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
+            flight_sql_command("CommandStatementQuery", [(1, sql)])))
+
+    endless = info_of("SELECT number FROM numbers(1000000000000)")
+    reader = client.do_get(endless.endpoints[0].ticket)
+    reader.read_chunk()
+    assert cancel_flight_info(client, endless) == "CANCELLED"
+    with pytest.raises(pyarrow.flight.FlightCancelledError, match="QUERY_WAS_CANCELLED"):
+        for _ in range(1000):
+            reader.read_chunk()
+
+    early = info_of("SELECT 1 AS one")
+    assert cancel_flight_info(client, early) == "CANCELLED"
+    with pytest.raises(pyarrow.flight.FlightCancelledError, match="QUERY_WAS_CANCELLED"):
+        client.do_get(early.endpoints[0].ticket).read_all()
+
+    done = info_of("SELECT 2 AS two")
+    assert client.do_get(done.endpoints[0].ticket).read_all().to_pylist() == [{"two": 2}]
+    assert cancel_flight_info(client, done) == "NOT_CANCELLABLE"
+    assert client.do_get(info_of("SELECT 3 AS three").endpoints[0].ticket).read_all().to_pylist() == [{"three": 3}]

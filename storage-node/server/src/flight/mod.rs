@@ -9,6 +9,7 @@
 //! answers how many rows it wrote (-1 where it wrote none: DoPutUpdateResult's "unknown").
 
 pub mod auth;
+mod cancel;
 mod ingest;
 mod type_info;
 
@@ -26,15 +27,15 @@ use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder, XdbcTypeInfoData};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
-    CommandGetCatalogs, CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes,
-    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
-    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult,
-    ProstMessageExt, SqlInfo, TicketStatementQuery,
+    ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandGetXdbcTypeInfo,
+    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest, CommandStatementQuery,
+    CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc,
-    Ticket,
+    Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor, FlightEndpoint,
+    FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
 };
 use auth::{Identity, Users};
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -48,6 +49,9 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use crate::status::status_of;
+
+/// The Flight action that cancels a FlightInfo's query (the protocol's name for it).
+const CANCEL_FLIGHT_INFO: &str = "CancelFlightInfo";
 
 /// Batches a DoGet keeps ready ahead of the client: the plan waits when the client reads
 /// slower than the plan makes rows.
@@ -69,6 +73,8 @@ pub struct FlightSqlServer {
     type_info: XdbcTypeInfoData,
     users: Arc<Users>,
     admission: Admission,
+    cancellations: Arc<cancel::Cancellations>,
+    random: ring::rand::SystemRandom,
 }
 
 /// GetTableTypes: what GetTables' `table_type` holds.
@@ -89,8 +95,8 @@ struct Prepared {
 
 /// What a ticket asks DoGet for.
 enum TicketBody {
-    /// The rows of this SQL.
-    Rows(String),
+    /// The rows of this SQL; `id` is what CancelFlightInfo names the query by.
+    Rows { id: u64, sql: String },
     /// Nothing: the statement ran when its FlightInfo was asked for.
     Nothing,
 }
@@ -98,16 +104,20 @@ enum TicketBody {
 impl TicketBody {
     fn encode(&self) -> Vec<u8> {
         match self {
-            TicketBody::Rows(sql) => [b"Q".as_slice(), sql.as_bytes()].concat(),
+            TicketBody::Rows { id, sql } => [b"Q".as_slice(), &id.to_be_bytes(), sql.as_bytes()].concat(),
             TicketBody::Nothing => b"N".to_vec(),
         }
     }
 
     fn decode(bytes: &[u8]) -> Result<TicketBody, Status> {
         match bytes.split_first() {
-            Some((b'Q', sql)) => std::str::from_utf8(sql)
-                .map(|sql| TicketBody::Rows(sql.to_string()))
-                .map_err(|_| Status::invalid_argument("the ticket's SQL is not UTF-8")),
+            Some((b'Q', rest)) if rest.len() >= 8 => {
+                let (id, sql) = rest.split_at(8);
+                let id = u64::from_be_bytes(id.try_into().map_err(|_| Status::invalid_argument("a ticket's id"))?);
+                std::str::from_utf8(sql)
+                    .map(|sql| TicketBody::Rows { id, sql: sql.to_string() })
+                    .map_err(|_| Status::invalid_argument("the ticket's SQL is not UTF-8"))
+            }
             Some((b'N', [])) => Ok(TicketBody::Nothing),
             _ => Err(Status::invalid_argument("not a ticket of this server")),
         }
@@ -125,7 +135,37 @@ impl FlightSqlServer {
             type_info: type_info::type_info(),
             users,
             admission: Admission::new(crate::config::DEFAULT_MAX_CONCURRENT_QUERIES),
+            cancellations: Arc::default(),
+            random: ring::rand::SystemRandom::new(),
         }
+    }
+
+    /// The rows of `sql` as a ticket names them, under a fresh random id (a ticket is then
+    /// also what it takes to cancel its query).
+    fn rows_ticket(&self, sql: String) -> Result<TicketBody, Status> {
+        let id = ring::rand::generate::<[u8; 8]>(&self.random)
+            .map_err(|_| Status::internal("no random bytes for a query id"))?
+            .expose();
+        Ok(TicketBody::Rows { id: u64::from_be_bytes(id), sql })
+    }
+
+    /// CancelFlightInfo: every query the info's tickets name is cancelled.
+    fn cancel(&self, info: &FlightInfo) -> Result<CancelStatus, Status> {
+        let mut status = CancelStatus::NotCancellable;
+        for endpoint in &info.endpoint {
+            let Some(ticket) = &endpoint.ticket else { continue };
+            let ticket = arrow_flight::sql::Any::decode(ticket.ticket.as_ref())
+                .ok()
+                .and_then(|any| any.unpack::<TicketStatementQuery>().ok().flatten());
+            let Some(ticket) = ticket else {
+                // A metadata command's ticket: its rows are made whole at once.
+                continue;
+            };
+            if let TicketBody::Rows { id, .. } = TicketBody::decode(&ticket.statement_handle)? {
+                status = self.cancellations.cancel(id)?;
+            }
+        }
+        Ok(status)
     }
 
     pub fn with_max_concurrent_queries(self, limit: usize) -> FlightSqlServer {
@@ -161,11 +201,12 @@ impl FlightSqlServer {
     ) -> Result<FlightInfo, Status> {
         // A query runs (and is admitted) at DoGet; an update runs here.
         let admission = self.admission.clone();
+        let rows_ticket = self.rows_ticket(sql.clone())?;
         let (schema, ticket) = self
             .on_query_runtime(&caller.clone(), move |mut session: Session| async move {
                 let (start, end) = only_statement(&sql).map_err(status_of)?;
                 match session.describe(&sql, start, end).await.map_err(status_of)? {
-                    Some(schema) => Ok((schema, TicketBody::Rows(sql))),
+                    Some(schema) => Ok((schema, rows_ticket)),
                     None => {
                         caller.may_write()?;
                         let recorded = admission.admit("update")?;
@@ -182,13 +223,14 @@ impl FlightSqlServer {
     /// Streams the rows of a ticket: planned and run on the query runtime, each batch sent as
     /// it is made.
     async fn rows(&self, ticket: TicketBody, caller: &Identity) -> Result<Response<BatchStream>, Status> {
-        let TicketBody::Rows(sql) = ticket else {
+        let TicketBody::Rows { id, sql } = ticket else {
             return Ok(Response::new(encode(Arc::new(Schema::empty()), futures::stream::empty())));
         };
+        let running = self.cancellations.start(id)?;
         let (batches, receiver) = tokio::sync::mpsc::channel(BATCHES_AHEAD);
         let (schema_sender, schema) = tokio::sync::oneshot::channel();
         let recorded = self.admission.admit("query")?;
-        self.queries.spawn(run_rows(self.session_of(caller), sql, schema_sender, batches, recorded));
+        self.queries.spawn(run_rows(self.session_of(caller), sql, schema_sender, batches, recorded, running));
         let schema = schema.await.map_err(|_| Status::internal("the query's task ended before its schema"))??;
         let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
         Ok(Response::new(encode(schema, stream)))
@@ -292,6 +334,7 @@ async fn run_rows(
     schema: tokio::sync::oneshot::Sender<Result<SchemaRef, Status>>,
     batches: tokio::sync::mpsc::Sender<Result<RecordBatch, Status>>,
     mut recorded: Recorded,
+    mut running: cancel::Running,
 ) {
     let planned = match only_statement(&sql) {
         Ok((start, end)) => session.plan(&sql, start, end).await,
@@ -312,7 +355,17 @@ async fn run_rows(
     if schema.send(Ok(rows.schema.clone())).is_err() {
         return;
     }
-    while let Some(batch) = rows.stream.next().await {
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = running.cancelled() => {
+                recorded.ended("cancelled");
+                let _ = batches.send(Err(cancel::cancelled())).await;
+                return;
+            }
+            next = rows.stream.next() => next,
+        };
+        let Some(batch) = next else { break };
         let batch = batch.map_err(|e| status_of(e.into()));
         let streamed = batch.as_ref().map_or(0, |b| b.num_rows());
         let failed = batch.is_err();
@@ -459,7 +512,7 @@ fn sql_info() -> SqlInfoData {
     info.append(SqlInfo::FlightSqlServerSql, true);
     info.append(SqlInfo::FlightSqlServerSubstrait, false);
     info.append(SqlInfo::FlightSqlServerTransaction, 0i32);
-    info.append(SqlInfo::FlightSqlServerCancel, false);
+    info.append(SqlInfo::FlightSqlServerCancel, true);
     info.append(SqlInfo::SqlIdentifierQuoteChar, "`");
     info.append(SqlInfo::SqlDdlCatalog, false);
     info.append(SqlInfo::SqlDdlSchema, false);
@@ -507,7 +560,7 @@ impl FlightSqlService for FlightSqlServer {
         let descriptor = request.into_inner();
         let info = match (&prepared.schema, prepared.placeholders) {
             // Described when it was prepared: its rows are read at DoGet.
-            (Some(schema), 0) => info_of(schema, TicketBody::Rows(prepared.sql).encode(), descriptor)?,
+            (Some(schema), 0) => info_of(schema, self.rows_ticket(prepared.sql)?.encode(), descriptor)?,
             _ => self.flight_info(prepared.query_sql()?, descriptor, caller).await?,
         };
         Ok(Response::new(info))
@@ -527,7 +580,7 @@ impl FlightSqlService for FlightSqlServer {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let prepared = self.prepared(&query.prepared_statement_handle)?;
-        self.rows(TicketBody::Rows(prepared.query_sql()?), &Identity::of(&request)).await
+        self.rows(self.rows_ticket(prepared.query_sql()?)?, &Identity::of(&request)).await
     }
 
     async fn do_put_prepared_statement_query(
@@ -617,6 +670,44 @@ impl FlightSqlService for FlightSqlServer {
             dataset_schema,
             parameter_schema: schema_bytes(&nulls.schema())?,
         })
+    }
+
+    async fn do_action_cancel_query(
+        &self,
+        query: ActionCancelQueryRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCancelQueryResult, Status> {
+        let info =
+            FlightInfo::decode(query.info).map_err(|e| Status::invalid_argument(format!("the FlightInfo: {e}")))?;
+        // CancelResult numbers its values as CancelStatus does (its module is not exported).
+        let result = self.cancel(&info)?;
+        Ok(ActionCancelQueryResult { result: result as i32 })
+    }
+
+    /// CancelFlightInfo, the Flight action (CancelQuery above is Flight SQL's older one).
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let action = request.into_inner();
+        if action.r#type != CANCEL_FLIGHT_INFO {
+            return Err(Status::invalid_argument(format!("unknown action '{}'", action.r#type)));
+        }
+        let request = CancelFlightInfoRequest::decode(action.body)
+            .map_err(|e| Status::invalid_argument(format!("the CancelFlightInfoRequest: {e}")))?;
+        let info = request.info.ok_or_else(|| Status::invalid_argument("CancelFlightInfoRequest without its info"))?;
+        let result = CancelFlightInfoResult::new(self.cancel(&info)?);
+        let body = arrow_flight::Result { body: result.encode_to_vec().into() };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(body)]))))
+    }
+
+    async fn list_custom_actions(&self) -> Option<Vec<Result<arrow_flight::ActionType, Status>>> {
+        Some(vec![Ok(arrow_flight::ActionType {
+            r#type: CANCEL_FLIGHT_INFO.into(),
+            description: "Cancel the query of a FlightInfo: request CancelFlightInfoRequest, result \
+                          CancelFlightInfoResult"
+                .into(),
+        })])
     }
 
     async fn do_action_close_prepared_statement(
