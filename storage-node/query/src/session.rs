@@ -230,8 +230,14 @@ impl Session {
     pub async fn execute(&mut self, script: &str, start: usize, end: usize) -> Result<String> {
         let mut out = String::new();
         if let Outcome::Rows(rows) = self.plan(script, start, end).await? {
+            let format = rows.format.unwrap_or(self.format);
+            if format == OutputFormat::Null {
+                // Nothing to print: the batches are dropped as they come, never collected.
+                rows.stream.try_for_each(|_| async { Ok(()) }).await?;
+                return Ok(out);
+            }
             let batches: Vec<RecordBatch> = rows.stream.try_collect().await?;
-            write_result(rows.format.unwrap_or(self.format), &rows.schema, &batches, &mut out);
+            write_result(format, &rows.schema, &batches, &mut out);
         }
         Ok(out)
     }
@@ -679,6 +685,16 @@ mod tests {
 
     fn session(dir: &std::path::Path) -> Session {
         Session::new(Arc::new(Catalog::open(dir, 0).expect("catalog")), OutputFormat::Tsv)
+    }
+
+    #[tokio::test]
+    async fn format_null_runs_the_query_and_prints_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = session(dir.path());
+        assert_eq!(run(&mut s, "SELECT number FROM numbers(100000) FORMAT Null").await, "");
+        let endless = "SELECT number FROM numbers(100000000000) SETTINGS max_execution_time = 0.2 FORMAT Null";
+        let failing = s.run_script(endless, |_, _, _| {}).await.expect_err("past its time");
+        assert!(failing.to_string().contains("TIMEOUT_EXCEEDED"), "the rows are made: {failing}");
     }
 
     #[tokio::test]

@@ -52,7 +52,7 @@ struct ClientArgs {
     /// Statements separated by ';'; read from standard input when absent.
     #[arg(long)]
     query: Option<String>,
-    /// Output format: TSV, TSVWithNames, CSV, JSONEachRow, PrettyCompact.
+    /// Output format: TSV, TSVWithNames, CSV, JSONEachRow, PrettyCompact, Null.
     #[arg(long, default_value = "TSV")]
     format: String,
     /// Connect with TLS, trusting the system's roots (a node started with --tls-cert).
@@ -165,7 +165,7 @@ struct LocalArgs {
     /// Statements separated by ';'; read from standard input when absent.
     #[arg(long)]
     query: Option<String>,
-    /// Output format: TSV, TSVWithNames, CSV, JSONEachRow, PrettyCompact.
+    /// Output format: TSV, TSVWithNames, CSV, JSONEachRow, PrettyCompact, Null.
     #[arg(long, default_value = "TSV")]
     format: String,
     /// Print each statement's elapsed seconds on standard error.

@@ -1,4 +1,4 @@
-//! Output formats: TSV, TSVWithNames, CSV, JSONEachRow and PrettyCompact, as ClickHouse
+//! Output formats: TSV, TSVWithNames, CSV, JSONEachRow, PrettyCompact and Null, as ClickHouse
 //! writes them.
 
 pub mod value;
@@ -18,6 +18,8 @@ pub enum OutputFormat {
     Csv,
     JsonEachRow,
     PrettyCompact,
+    /// Nothing: the rows are made and dropped (ClickHouse's Null, for timing a query).
+    Null,
 }
 
 impl OutputFormat {
@@ -28,9 +30,10 @@ impl OutputFormat {
             "CSV" => OutputFormat::Csv,
             "JSONEachRow" => OutputFormat::JsonEachRow,
             "PrettyCompact" => OutputFormat::PrettyCompact,
+            "Null" => OutputFormat::Null,
             other => {
                 return Err(QueryError::Invalid(format!(
-                    "Unknown output format {other}: expected TSV, TSVWithNames, CSV, JSONEachRow or PrettyCompact"
+                    "Unknown output format {other}: expected TSV, TSVWithNames, CSV, JSONEachRow, PrettyCompact or Null"
                 )))
             }
         })
@@ -80,6 +83,7 @@ pub fn write_result(format: OutputFormat, schema: &SchemaRef, batches: &[RecordB
             }
         }
         OutputFormat::PrettyCompact => write_pretty(schema, batches, out),
+        OutputFormat::Null => {}
     }
 }
 
