@@ -50,11 +50,14 @@ def assert_matches_clickhouse(cursor, oracle, setup, queries, label=""):
         assert rows_of(cursor, query) == expected, f"{label}{query}"
 
 
-def statement_ticket(client, sql, options=None):
-    """The ticket of a CommandStatementQuery (a statement that returns no rows runs now)."""
-    info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
+def statement_info(client, sql, options=None):
+    """The FlightInfo of a CommandStatementQuery (a statement that returns no rows runs now)."""
+    return client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
         flight_sql_command("CommandStatementQuery", [(1, sql)])), options or pyarrow.flight.FlightCallOptions())
-    return info.endpoints[0].ticket
+
+
+def statement_ticket(client, sql, options=None):
+    return statement_info(client, sql, options).endpoints[0].ticket
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
@@ -570,8 +573,7 @@ def test_cancel_flight_info_stops_a_query_before_and_while_it_streams(node):
     assert "CancelFlightInfo" in {a.type for a in client.list_actions()}
 
     def info_of(sql):
-        return client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(
-            flight_sql_command("CommandStatementQuery", [(1, sql)])))
+        return statement_info(client, sql)
 
     endless = info_of("SELECT number FROM numbers(1000000000000)")
     reader = client.do_get(endless.endpoints[0].ticket)

@@ -29,12 +29,12 @@ use mergestream_proto::ingest::{
 };
 use mergestream_proto::refusal::Reason;
 use mergestream_query::{OutputFormat, Session};
-
-use crate::status::status_of_engine;
 use mergestream_replication::session::{is_outcome_unknown, CoordinatorSession};
 use serde::{Deserialize, Serialize};
 use tonic::{Request, Response, Status};
 use tracing::{error, info, warn};
+
+use crate::status::status_of_engine;
 
 /// What a prepared insert records about the offset commit it waits for.
 #[derive(Debug, Serialize, Deserialize)]

@@ -143,10 +143,14 @@ impl FlightSqlServer {
     /// The rows of `sql` as a ticket names them, under a fresh random id (a ticket is then
     /// also what it takes to cancel its query).
     fn rows_ticket(&self, sql: String) -> Result<TicketBody, Status> {
+        Ok(TicketBody::Rows { id: self.query_id()?, sql })
+    }
+
+    fn query_id(&self) -> Result<u64, Status> {
         let id = ring::rand::generate::<[u8; 8]>(&self.random)
             .map_err(|_| Status::internal("no random bytes for a query id"))?
             .expose();
-        Ok(TicketBody::Rows { id: u64::from_be_bytes(id), sql })
+        Ok(u64::from_be_bytes(id))
     }
 
     /// CancelFlightInfo: every query the info's tickets name is cancelled.
@@ -201,12 +205,12 @@ impl FlightSqlServer {
     ) -> Result<FlightInfo, Status> {
         // A query runs (and is admitted) at DoGet; an update runs here.
         let admission = self.admission.clone();
-        let rows_ticket = self.rows_ticket(sql.clone())?;
+        let id = self.query_id()?;
         let (schema, ticket) = self
             .on_query_runtime(&caller.clone(), move |mut session: Session| async move {
                 let (start, end) = only_statement(&sql).map_err(status_of)?;
                 match session.describe(&sql, start, end).await.map_err(status_of)? {
-                    Some(schema) => Ok((schema, rows_ticket)),
+                    Some(schema) => Ok((schema, TicketBody::Rows { id, sql })),
                     None => {
                         caller.may_write()?;
                         let recorded = admission.admit("update")?;
